@@ -1,5 +1,10 @@
-"""Tests of ppo_continuous.py: algorithm pieces against references, then end to end."""
+"""Tests shared by the PPO family: ppo_continuous.py and every variant copied from it.
 
+The variants keep ppo_continuous.py's names (Args, train, compute_gae, ppo_loss, Agent, ...), so
+each test here runs once per script that exists; algorithm-specific tests live in test_<script>.py.
+"""
+
+import importlib
 import os
 import signal
 import subprocess
@@ -11,10 +16,17 @@ import numpy as np
 import pytest
 import torch
 
-import ppo_continuous as ppo
-from ppo_continuous import Args, compute_gae, merge_moments, RunningMeanStd
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Walker2d-v5: terminates and truncates, and has a left-right symmetry (ppo_symaug needs one).
+ENV_ID = "Walker2d-v5"
+SCRIPTS = [name for name in ("ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp")
+           if os.path.exists(os.path.join(ROOT, f"{name}.py"))]
+
+
+@pytest.fixture(scope="module", params=SCRIPTS)
+def ppo(request):
+    """The script under test, imported as a module."""
+    return importlib.import_module(request.param)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -37,7 +49,7 @@ def gae_reference(rewards, values, next_values, terminated, dones, gamma, lam):
     return adv
 
 
-def test_gae_matches_plain_loop_with_terminations_and_truncations():
+def test_gae_matches_plain_loop_with_terminations_and_truncations(ppo):
     rng = np.random.default_rng(0)
     T, N = 17, 4
     rewards, values, next_values = rng.normal(size=(3, T, N))
@@ -48,17 +60,17 @@ def test_gae_matches_plain_loop_with_terminations_and_truncations():
     dones = np.maximum(terminated, truncated)
     expected = gae_reference(rewards, values, next_values, terminated, dones, 0.97, 0.9)
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    adv, ret = compute_gae(t(rewards), t(values), t(next_values), t(terminated), t(dones), 0.97, 0.9)
+    adv, ret = ppo.compute_gae(t(rewards), t(values), t(next_values), t(terminated), t(dones), 0.97, 0.9)
     np.testing.assert_allclose(adv.numpy(), expected, atol=1e-12)
     np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-12)
 
 
-def test_gae_truncation_bootstraps_and_termination_does_not():
+def test_gae_truncation_bootstraps_and_termination_does_not(ppo):
     ones = torch.ones(1, 1)
     zero = torch.zeros(1, 1)
     # One step, reward 1, V(s_{t+1}) = 5: truncated -> 1 + 0.9 * 5; terminated -> 1.
-    adv_trunc, _ = compute_gae(ones, zero, 5 * ones, zero, ones, 0.9, 0.95)
-    adv_term, _ = compute_gae(ones, zero, 5 * ones, ones, ones, 0.9, 0.95)
+    adv_trunc, _ = ppo.compute_gae(ones, zero, 5 * ones, zero, ones, 0.9, 0.95)
+    adv_term, _ = ppo.compute_gae(ones, zero, 5 * ones, ones, ones, 0.9, 0.95)
     assert adv_trunc.item() == pytest.approx(5.5)
     assert adv_term.item() == pytest.approx(1.0)
 
@@ -66,27 +78,27 @@ def test_gae_truncation_bootstraps_and_termination_does_not():
 # ---------------------------------------------------------------------------------------------
 # Normalization
 # ---------------------------------------------------------------------------------------------
-def test_merge_moments_equals_statistics_of_concatenated_data():
+def test_merge_moments_equals_statistics_of_concatenated_data(ppo):
     rng = np.random.default_rng(1)
     a, b = rng.normal(3, 2, size=(50, 3)), rng.normal(-1, 0.5, size=(7, 3))
-    count, mean, var = merge_moments(len(a), a.mean(0), a.var(0), len(b), b.mean(0), b.var(0))
+    count, mean, var = ppo.merge_moments(len(a), a.mean(0), a.var(0), len(b), b.mean(0), b.var(0))
     both = np.concatenate([a, b])
     assert count == len(both)
     np.testing.assert_allclose(mean, both.mean(0), rtol=1e-12)
     np.testing.assert_allclose(var, both.var(0), rtol=1e-12)
 
 
-def test_running_mean_std_over_batches_equals_whole_data():
+def test_running_mean_std_over_batches_equals_whole_data(ppo):
     rng = np.random.default_rng(2)
     data = rng.normal(2, 3, size=(300, 4))
-    rms = RunningMeanStd((4,))
+    rms = ppo.RunningMeanStd((4,))
     for chunk in np.split(data, [10, 100, 101]):
         rms.update(torch.as_tensor(chunk))
     np.testing.assert_allclose(rms.mean.numpy(), data.mean(0), rtol=1e-6)
     np.testing.assert_allclose(rms.var.numpy(), data.var(0), rtol=1e-4)
 
 
-def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(tmp_path, monkeypatch):
+def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(ppo, tmp_path, monkeypatch):
     """Every minibatch of one update sees the same statistics, and the first one sees the rollout's
     statistics (ratio exactly 1); the count grows by exactly one batch per iteration."""
     seen = []
@@ -98,7 +110,7 @@ def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(tmp_pa
 
     original = ppo.ppo_loss
     monkeypatch.setattr(ppo, "ppo_loss", recording_loss)
-    args = Args(env_id="Hopper-v5", total_timesteps=3 * 128, num_envs=2, num_steps=64, num_minibatches=4,
+    args = ppo.Args(env_id=ENV_ID, total_timesteps=3 * 128, num_envs=2, num_steps=64, num_minibatches=4,
                 update_epochs=2, eval_episodes=1, log_dir=str(tmp_path))
     ppo.train(args)
     counts = [c for c, _, _ in seen]
@@ -131,10 +143,12 @@ class AlwaysTruncates(gym.Env):
         return np.zeros(1, np.float32), 1.0, False, self.t >= 5, {}
 
 
-def test_truncated_episodes_bootstrap_from_final_obs(tmp_path):
+def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch):
     gym.register("AlwaysTruncates-v0", entry_point=AlwaysTruncates)
+    if hasattr(ppo, "make_mirror_fns"):  # this toy env is symmetric under the identity map
+        monkeypatch.setattr(ppo, "make_mirror_fns", lambda env_id: (lambda obs: obs, lambda act: act))
     gamma = 0.9
-    args = Args(env_id="AlwaysTruncates-v0", total_timesteps=40_000, num_envs=4, num_steps=50, num_minibatches=2,
+    args = ppo.Args(env_id="AlwaysTruncates-v0", total_timesteps=40_000, num_envs=4, num_steps=50, num_minibatches=2,
                 update_epochs=4, gamma=gamma, gae_lambda=0.95, norm_reward=False, norm_obs=False,
                 critic_learning_rate=3e-3, anneal_lr=False, eval_episodes=1, log_dir=str(tmp_path))
     ppo.train(args)
@@ -148,22 +162,22 @@ def test_truncated_episodes_bootstrap_from_final_obs(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# End to end on Hopper: finite losses, diagnostics, checkpoints, reproducibility
+# End to end on Walker2d: finite losses, diagnostics, checkpoints, reproducibility
 # ---------------------------------------------------------------------------------------------
-def short_args(tmp_path, **overrides) -> Args:
-    fields = dict(env_id="Hopper-v5", total_timesteps=2048, num_envs=4, num_steps=256, num_minibatches=4,
+def short_args(ppo, tmp_path, **overrides):
+    fields = dict(env_id=ENV_ID, total_timesteps=2048, num_envs=4, num_steps=256, num_minibatches=4,
                   update_epochs=2, eval_episodes=2, log_dir=str(tmp_path))
-    return Args(**{**fields, **overrides})
+    return ppo.Args(**{**fields, **overrides})
 
 
 @pytest.fixture(scope="module")
-def short_run(tmp_path_factory):
+def short_run(ppo, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("runs")
-    metrics = ppo.train(short_args(log_dir))
+    metrics = ppo.train(short_args(ppo, log_dir))
     return metrics, next(log_dir.glob("*/checkpoint.pt"))
 
 
-def test_short_run_has_finite_losses_and_all_diagnostics(short_run):
+def test_short_run_has_finite_losses_and_all_diagnostics(ppo, short_run):
     metrics, _ = short_run
     for tag in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/old_approx_kl",
                 "losses/clipfrac", "losses/clipfrac_high", "losses/clipfrac_low", "losses/explained_variance",
@@ -176,7 +190,7 @@ def test_short_run_has_finite_losses_and_all_diagnostics(short_run):
     assert 1.0 <= metrics["charts/actor_effective_rank"] <= 64
 
 
-def test_tensorboard_has_cleanrl_tags(short_run):
+def test_tensorboard_has_cleanrl_tags(ppo, short_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     _, ckpt_path = short_run
@@ -186,44 +200,44 @@ def test_tensorboard_has_cleanrl_tags(short_run):
     assert "hyperparameters/text_summary" in events.Tags()["tensors"]
 
 
-def test_checkpoint_round_trip_gives_the_same_policy(short_run):
+def test_checkpoint_round_trip_gives_the_same_policy(ppo, short_run):
     metrics, ckpt_path = short_run
     # The eval of the reloaded checkpoint uses the same seeds as the final eval of the run: any
     # difference in weights or normalizer statistics would change the return.
-    reloaded = ppo.train(Args(eval_checkpoint=str(ckpt_path), eval_episodes=2))
+    reloaded = ppo.train(ppo.Args(eval_checkpoint=str(ckpt_path), eval_episodes=2))
     assert reloaded["eval/episodic_return"] == metrics["eval/episodic_return"]
 
 
-def test_resume_continues_the_step_count(short_run, tmp_path):
+def test_resume_continues_the_step_count(ppo, short_run, tmp_path):
     _, ckpt_path = short_run
     resumed_dir = tmp_path / "resumed"
     resumed_dir.mkdir()
     copy = resumed_dir / "checkpoint.pt"
     copy.write_bytes(ckpt_path.read_bytes())
-    metrics = ppo.train(Args(resume=str(copy), total_timesteps=4096, eval_episodes=2))
+    metrics = ppo.train(ppo.Args(resume=str(copy), total_timesteps=4096, eval_episodes=2))
     assert metrics["global_step"] == 4096
     ckpt = ppo.load_checkpoint(str(copy))
     assert ckpt["iteration"] == 4 and ckpt["args"]["num_envs"] == 4  # saved settings kept
 
 
-def test_same_seed_gives_identical_runs(tmp_path):
-    a = ppo.train(short_args(tmp_path / "a", total_timesteps=1024))
-    b = ppo.train(short_args(tmp_path / "b", total_timesteps=1024))
-    c = ppo.train(short_args(tmp_path / "c", total_timesteps=1024, seed=2))
+def test_same_seed_gives_identical_runs(ppo, tmp_path):
+    a = ppo.train(short_args(ppo, tmp_path / "a", total_timesteps=1024))
+    b = ppo.train(short_args(ppo, tmp_path / "b", total_timesteps=1024))
+    c = ppo.train(short_args(ppo, tmp_path / "c", total_timesteps=1024, seed=2))
     keys = [k for k in a if k != "charts/SPS"]
     assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
     assert a["losses/policy_loss"] != c["losses/policy_loss"]
 
 
-def test_options_train_with_finite_losses(tmp_path):
+def test_options_train_with_finite_losses(ppo, tmp_path):
     """Muon, adaptive learning rate, asymmetric clip, value clipping, deep actor: all train."""
-    metrics = ppo.train(short_args(tmp_path, total_timesteps=1024, optimizer="muon", desired_kl=0.01, clip_low=0.2,
+    metrics = ppo.train(short_args(ppo, tmp_path, total_timesteps=1024, optimizer="muon", desired_kl=0.01, clip_low=0.2,
                                    clip_high=0.28, clip_vloss=True, actor_layers=(32, 32, 32), critic_learning_rate=1e-3,
                                    target_kl=0.05))
     assert all(np.isfinite(v) for v in metrics.values())
 
 
-def test_adaptive_learning_rate_rule():
+def test_adaptive_learning_rate_rule(ppo):
     assert ppo.adapt_learning_rate(1e-3, kl=0.05, desired_kl=0.01) == pytest.approx(1e-3 / 1.5)
     assert ppo.adapt_learning_rate(1e-3, kl=0.001, desired_kl=0.01) == pytest.approx(1.5e-3)
     assert ppo.adapt_learning_rate(1e-3, kl=0.01, desired_kl=0.01) == 1e-3
@@ -231,7 +245,7 @@ def test_adaptive_learning_rate_rule():
     assert ppo.adapt_learning_rate(1e-5, kl=1.0, desired_kl=0.01) == 1e-5
 
 
-def test_gaussian_kl_matches_torch():
+def test_gaussian_kl_matches_torch(ppo):
     rng = torch.Generator().manual_seed(0)
     m0, m1 = torch.randn(5, 3, generator=rng), torch.randn(5, 3, generator=rng)
     s0, s1 = torch.rand(5, 3, generator=rng) + 0.1, torch.rand(5, 3, generator=rng) + 0.1
@@ -251,31 +265,31 @@ def test_gaussian_kl_matches_torch():
     (dict(resume="/no/such/checkpoint.pt"), "checkpoint not found"),
     (dict(eval_checkpoint="/no/such/checkpoint.pt"), "checkpoint not found"),
 ])
-def test_bad_input_is_refused_clearly(tmp_path, overrides, message):
+def test_bad_input_is_refused_clearly(ppo, tmp_path, overrides, message):
     with pytest.raises(SystemExit, match=message):
-        ppo.train(short_args(tmp_path, **overrides))
+        ppo.train(short_args(ppo, tmp_path, **overrides))
 
 
-def test_checkpoint_of_another_script_or_env_is_refused(short_run, tmp_path):
+def test_checkpoint_of_another_script_or_env_is_refused(ppo, short_run, tmp_path):
     _, ckpt_path = short_run
     foreign = tmp_path / "foreign.pt"
-    torch.save({**torch.load(ckpt_path, weights_only=False), "script": "ppo_spo"}, foreign)
-    with pytest.raises(SystemExit, match="not written by ppo_continuous.py"):
-        ppo.train(Args(eval_checkpoint=str(foreign)))
-    with pytest.raises(SystemExit, match="holds a policy for Hopper-v5"):
-        ppo.train(Args(resume=str(ckpt_path), env_id="HalfCheetah-v5"))
+    torch.save({**torch.load(ckpt_path, weights_only=False), "script": "another_script"}, foreign)
+    with pytest.raises(SystemExit, match=f"not written by {ppo.__name__}.py"):
+        ppo.train(ppo.Args(eval_checkpoint=str(foreign)))
+    with pytest.raises(SystemExit, match=f"holds a policy for {ENV_ID}"):
+        ppo.train(ppo.Args(resume=str(ckpt_path), env_id="Ant-v5"))
 
 
-def test_command_line_error_has_no_traceback():
-    result = subprocess.run([sys.executable, "ppo_continuous.py", "--env-id", "NoSuchEnv-v0"], cwd=ROOT,
+def test_command_line_error_has_no_traceback(ppo):
+    result = subprocess.run([sys.executable, f"{ppo.__name__}.py", "--env-id", "NoSuchEnv-v0"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().startswith("error: unknown env id")
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits(tmp_path):
-    proc = subprocess.Popen([sys.executable, "ppo_continuous.py", "--num-envs", "2", "--num-steps", "64",
+def test_ctrl_c_saves_a_checkpoint_and_exits(ppo, tmp_path):
+    proc = subprocess.Popen([sys.executable, f"{ppo.__name__}.py", "--num-envs", "2", "--num-steps", "64",
                              "--num-minibatches", "2", "--log-dir", str(tmp_path)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -293,15 +307,15 @@ def test_ctrl_c_saves_a_checkpoint_and_exits(tmp_path):
 # Learning
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_learns_inverted_pendulum(tmp_path):
-    metrics = ppo.train(Args(env_id="InvertedPendulum-v5", total_timesteps=150_000, log_dir=str(tmp_path)))
+def test_learns_inverted_pendulum(ppo, tmp_path):
+    metrics = ppo.train(ppo.Args(env_id="InvertedPendulum-v5", total_timesteps=150_000, log_dir=str(tmp_path)))
     assert metrics["eval/episodic_return"] >= 900
 
 
 # ---------------------------------------------------------------------------------------------
 # Extra actor losses and videos
 # ---------------------------------------------------------------------------------------------
-def test_bounds_loss_is_zero_inside_and_matches_formula_outside():
+def test_bounds_loss_is_zero_inside_and_matches_formula_outside(ppo):
     inside = torch.tensor([[0.5, -1.0, 1.0], [0.0, 0.9, -0.3]])
     assert ppo.bounds_loss(inside).item() == 0.0
     outside = torch.tensor([[1.5, -3.0, 0.0], [0.0, 2.0, -1.0]])
@@ -309,8 +323,8 @@ def test_bounds_loss_is_zero_inside_and_matches_formula_outside():
     assert ppo.bounds_loss(outside).item() == pytest.approx((0.25 + 4.0 + 1.0) / 2)
 
 
-def test_l2c2_is_zero_for_a_constant_actor_and_positive_for_a_varying_one():
-    args = Args(norm_obs=False)
+def test_l2c2_is_zero_for_a_constant_actor_and_positive_for_a_varying_one(ppo):
+    args = ppo.Args(norm_obs=False)
     agent = ppo.Agent(3, 2, args)
     obs = torch.randn(64, 3)
     mean = agent.actor_mean(obs)
@@ -322,17 +336,17 @@ def test_l2c2_is_zero_for_a_constant_actor_and_positive_for_a_varying_one():
     assert ppo.l2c2_loss(agent, obs, mean, 0.1).item() == 0.0
 
 
-def test_extra_losses_train_and_are_logged(tmp_path):
-    metrics = ppo.train(short_args(tmp_path, total_timesteps=1024, bounds_loss_coef=1.0, l2c2_coef=0.1))
+def test_extra_losses_train_and_are_logged(ppo, tmp_path):
+    metrics = ppo.train(short_args(ppo, tmp_path, total_timesteps=1024, bounds_loss_coef=1.0, l2c2_coef=0.1))
     assert np.isfinite(metrics["losses/bounds_loss"]) and metrics["losses/l2c2_loss"] > 0
-    plain = ppo.train(short_args(tmp_path, total_timesteps=1024))
+    plain = ppo.train(short_args(ppo, tmp_path, total_timesteps=1024))
     assert "losses/bounds_loss" not in plain and "losses/l2c2_loss" not in plain
 
 
-def test_capture_video_writes_a_playable_mp4(tmp_path):
+def test_capture_video_writes_a_playable_mp4(ppo, tmp_path):
     import imageio.v3 as iio
 
-    ppo.train(short_args(tmp_path, total_timesteps=1024, capture_video=True, video_dir=str(tmp_path / "videos"),
+    ppo.train(short_args(ppo, tmp_path, total_timesteps=1024, capture_video=True, video_dir=str(tmp_path / "videos"),
                          eval_episodes=1))
     videos = list((tmp_path / "videos").glob("*/eval_step1024.mp4"))
     assert len(videos) == 1 and videos[0].stat().st_size > 1000
@@ -341,14 +355,14 @@ def test_capture_video_writes_a_playable_mp4(tmp_path):
     assert frames[0].std() > 1  # a real picture, not a blank frame
 
 
-def test_rendering_failure_is_one_line_and_training_continues(tmp_path, monkeypatch, capsys):
+def test_rendering_failure_is_one_line_and_training_continues(ppo, tmp_path, monkeypatch, capsys):
     from gymnasium.envs.mujoco import mujoco_rendering
 
     def broken(*_, **__):
         raise RuntimeError("Failed to initialize OpenGL\nsecond line")
 
     monkeypatch.setattr(mujoco_rendering.MujocoRenderer, "render", broken)
-    metrics = ppo.train(short_args(tmp_path, total_timesteps=1024, capture_video=True,
+    metrics = ppo.train(short_args(ppo, tmp_path, total_timesteps=1024, capture_video=True,
                                    video_dir=str(tmp_path / "videos"), eval_episodes=1))
     warning = [line for line in capsys.readouterr().err.splitlines() if "--capture-video" in line]
     assert len(warning) == 1 and "Failed to initialize OpenGL" in warning[0] and "MUJOCO_GL=egl" in warning[0]
