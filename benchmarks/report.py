@@ -1,0 +1,101 @@
+"""Turn results.csv into the README's results table and curves.csv into learning-curve plots.
+
+    pip install -r benchmarks/requirements.txt
+    python benchmarks/report.py             # print the table, write benchmarks/plots/*.png
+    python benchmarks/report.py --readme    # also replace the table in README.md
+
+The table has one row per (script, env, flags): mean ± std over seeds of the final training return
+(mean of the last 10 episodes) and of the deterministic evaluation, and the mean SPS.
+"""
+
+import csv
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import tyro
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BEGIN, END = "<!-- results-table:begin -->", "<!-- results-table:end -->"
+
+
+@dataclass
+class Args:
+    results: str = os.path.join(HERE, "results.csv")
+    """rows written by run.py"""
+    curves: str = os.path.join(HERE, "curves.csv")
+    """learning curves written by run.py"""
+    plots: str = os.path.join(HERE, "plots")
+    """folder for the PNG plots"""
+    readme: bool = False
+    """replace the table between the results-table markers in README.md"""
+
+
+def mean_std(values: list[float]) -> str:
+    values = [v for v in values if v == v]  # drop NaN (a run without that number)
+    if not values:
+        return "–"
+    return f"{np.mean(values):.0f} ± {np.std(values):.0f}" if len(values) > 1 else f"{values[0]:.0f}"
+
+
+def table(rows: list[dict]) -> str:
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["env_id"], row["script"], row["flags"], row["total_timesteps"])].append(row)
+    lines = ["| env | script | flags | steps | seeds | final return | eval return | SPS |", "|---|---|---|---|---|---|---|---|"]
+    for (env_id, script, flags, steps), runs in sorted(groups.items()):
+        number = lambda key: [float(r[key]) if r[key] != "" else float("nan") for r in runs]  # noqa: E731
+        lines.append(f"| {env_id} | `{script}` | {f'`{flags}`' if flags else ''} | {int(steps):,} | {len(runs)} | "
+                     f"{mean_std(number('final_return'))} | {mean_std(number('eval_return'))} | {np.nanmean(number('sps')):.0f} |")
+    return "\n".join(lines)
+
+
+def plot(curves: list[dict], folder: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_env = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))  # env -> label -> seed -> [(step, ret)]
+    for row in curves:
+        label = row["script"] + (f" {row['flags']}" if row["flags"] else "")
+        by_env[row["env_id"]][label][row["seed"]].append((int(row["step"]), float(row["episodic_return"])))
+    os.makedirs(folder, exist_ok=True)
+    for env_id, lines in sorted(by_env.items()):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for label, seeds in sorted(lines.items()):
+            grid = np.linspace(0, max(s for points in seeds.values() for s, _ in points), 100)
+            interpolated = np.array([np.interp(grid, *zip(*sorted(points))) for points in seeds.values()])
+            mean = interpolated.mean(0)
+            ax.plot(grid, mean, label=f"{label} ({len(seeds)} seeds)")
+            if len(seeds) > 1:
+                ax.fill_between(grid, interpolated.min(0), interpolated.max(0), alpha=0.2)
+        ax.set(title=env_id, xlabel="environment steps", ylabel="episodic return (training)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(folder, f"{env_id}.png"), dpi=100)
+        plt.close(fig)
+        print("wrote", os.path.join(folder, f"{env_id}.png"))
+
+
+def main(args: Args):
+    with open(args.results) as f:
+        text = table(list(csv.DictReader(f)))
+    print(text)
+    if os.path.exists(args.curves):
+        with open(args.curves) as f:
+            plot(list(csv.DictReader(f)), args.plots)
+    if args.readme:
+        path = os.path.join(os.path.dirname(HERE), "README.md")
+        readme = open(path).read()
+        if BEGIN not in readme or END not in readme:
+            raise SystemExit(f"error: README.md has no {BEGIN} ... {END} markers")
+        head, rest = readme.split(BEGIN, 1)
+        open(path, "w").write(head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
+        print("updated README.md")
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
