@@ -4,7 +4,7 @@ Every row is what a real run printed to its TensorBoard log, never an estimate. 
 
     python benchmarks/run.py --scripts ppo_continuous.py --env-ids Hopper-v5 HalfCheetah-v5 --seeds 1 2
     python benchmarks/run.py --scripts ppo_ddp.py --nproc 2 --env-ids Hopper-v5
-    python benchmarks/run.py --scripts ppo_spo.py --flags "--actor-layers 256 256 128 128 64 64"
+    python benchmarks/run.py --scripts ppo_spo.py --flags="--actor-layers 256 256 128 128 64 64"
 
 Runs go one at a time (on a 2-core machine parallel runs would distort each other's speed).
 Learning curves (return vs env steps) are appended to curves.csv beside results.csv for report.py.
@@ -40,7 +40,7 @@ class Args:
     total_timesteps: int = 1_000_000
     """env steps per run (over all envs and processes)"""
     flags: str = ""
-    """extra flags passed to every script, e.g. "--num-envs 16" """
+    """extra flags passed to every script, written with "=": --flags="--num-envs 16" """
     nproc: int = 2
     """processes per run for ppo_ddp.py (started with torchrun)"""
     results: str = os.path.join(HERE, "results.csv")
