@@ -118,7 +118,7 @@ def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(ppo, t
     # batch of 128, or a multiple of it where a variant also feeds the normalizer augmented copies).
     growth = counts[1] - counts[0]
     assert len(counts) == 3 and counts[0] == pytest.approx(1e-4)
-    assert growth % 128 == pytest.approx(0, abs=1e-6) and counts[2] - counts[1] == pytest.approx(growth)
+    assert growth / 128 == pytest.approx(round(growth / 128)) and counts[2] - counts[1] == pytest.approx(growth)
     for i, (count, mean, _) in enumerate(seen):
         first = next(j for j, (c, _, _) in enumerate(seen) if c == count)
         assert torch.equal(mean, seen[first][1])
