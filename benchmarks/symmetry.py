@@ -1,0 +1,73 @@
+"""Symmetry error of trained policies: mean squared difference between the actor mean at mirrored
+states and the mirrored actor mean, over states the deterministic policy visits.
+
+    python benchmarks/symmetry.py --checkpoints benchmarks/runs/Walker2d-v5__*/checkpoint.pt
+
+Works for checkpoints of ppo_continuous.py and ppo_symaug.py (any script whose checkpoint names
+it); the mirror maps come from ppo_symaug.make_mirror_fns. Rows are appended to symmetry.csv.
+"""
+
+import csv
+import datetime
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import tyro
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import ppo_symaug  # noqa: E402
+
+
+@dataclass
+class Args:
+    checkpoints: tuple[str, ...]
+    """checkpoint.pt files of finished runs"""
+    steps: int = 5000
+    """env steps of the deterministic policy whose visited states are measured"""
+    output: str = os.path.join(HERE, "symmetry.csv")
+    """CSV file the rows are appended to"""
+
+
+@torch.no_grad()
+def visited_states(agent, script, env_id: str, steps: int, seed: int = 0) -> torch.Tensor:
+    envs = script.make_envs(env_id, 1, seed)
+    obs, _ = envs.reset(seed=seed)
+    states = []
+    for _ in range(steps):
+        states.append(obs[0].copy())
+        mean = agent.actor_mean(agent.normalize(torch.as_tensor(obs, dtype=torch.float32)))
+        obs, *_ = envs.step(script.scale_action(mean.numpy(), envs.single_action_space))
+    envs.close()
+    return torch.as_tensor(np.stack(states), dtype=torch.float32)
+
+
+def main(args: Args):
+    rows = []
+    for path in args.checkpoints:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        script = importlib.import_module(ckpt["script"])
+        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.resume_args(script.Args(), ckpt["args"]))
+        agent.load_state_dict(ckpt["agent"])
+        mirror_obs, mirror_act = ppo_symaug.make_mirror_fns(ckpt["env_id"])
+        states = visited_states(agent, script, ckpt["env_id"], args.steps)
+        error = ppo_symaug.symmetry_error(agent, states, mirror_obs, mirror_act)
+        rows.append({"script": f"{ckpt['script']}.py", "env_id": ckpt["env_id"], "seed": ckpt["args"]["seed"],
+                     "global_step": ckpt["global_step"], "symmetry_error": f"{error:.3g}", "checkpoint": path,
+                     "date": datetime.date.today().isoformat()})
+        print(rows[-1], flush=True)
+    new_file = not os.path.exists(args.output)
+    with open(args.output, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new_file:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
