@@ -1,0 +1,27 @@
+"""Smoke test of the benchmark tools: a tiny run is recorded, reported and plotted."""
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_run_then_report(tmp_path):
+    results, plots = tmp_path / "results.csv", tmp_path / "plots"
+    subprocess.run([sys.executable, "benchmarks/run.py", "--env-ids", "InvertedPendulum-v5", "--seeds", "1", "2",
+                    "--total-timesteps", "2048", "--flags=--num-envs 4 --eval-episodes 2", "--results", str(results),
+                    "--log-dir", str(tmp_path / "runs")], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    rows = list(csv.DictReader(open(results)))
+    assert [r["seed"] for r in rows] == ["1", "2"]
+    assert all(float(r["sps"]) > 0 and r["flags"] == "--num-envs 4 --eval-episodes 2" for r in rows)
+    assert float(rows[0]["eval_return"]) > 0 and float(rows[0]["final_return"]) > 0
+    pytest.importorskip("matplotlib")
+    out = subprocess.run([sys.executable, "benchmarks/report.py", "--results", str(results), "--curves",
+                          str(tmp_path / "curves.csv"), "--plots", str(plots)], cwd=ROOT, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    assert "| InvertedPendulum-v5 | `ppo_continuous.py` | `--num-envs 4 --eval-episodes 2` | 2,048 | 2 |" in out
+    assert (plots / "InvertedPendulum-v5.png").stat().st_size > 1000
