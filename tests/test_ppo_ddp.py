@@ -1,0 +1,172 @@
+"""Tests of ppo_ddp.py beyond the shared PPO-family tests (which run it as a single process).
+
+The multi-process tests start `torchrun --standalone --nproc_per_node 2` (as `python -m
+torch.distributed.run`, the same program) on the CPU with the gloo backend.
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import ppo_ddp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV_ID = "Walker2d-v5"
+SMALL = ["--env-id", ENV_ID, "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "2",
+         "--eval-episodes", "2"]
+
+
+def torchrun(script: str, *flags: str, nproc: int = 2, **popen_kwargs):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}  # OMP_NUM_THREADS: silences torchrun's warning
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), script, *flags]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **popen_kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Merging the normalizer statistics of several ranks (no processes)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_merge_rank_moments_equals_statistics_of_concatenated_data(shape):
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(loc, scale, size=(n, *shape)) for n, loc, scale in ((50, 3, 2), (7, -1, 0.5), (1, 10, 1), (300, 0, 4))]
+    t = lambda x: torch.tensor(np.asarray(x), dtype=torch.float64)  # noqa: E731
+    count, mean, var = ppo_ddp.merge_rank_moments(t([len(p) for p in parts]), t([p.mean(0) for p in parts]),
+                                                  t([p.var(0) for p in parts]))
+    both = np.concatenate(parts)
+    assert count.item() == len(both)
+    np.testing.assert_allclose(mean.numpy(), both.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(var.numpy(), both.var(0), rtol=1e-12)
+
+
+def test_without_a_process_group_the_helpers_are_the_identity():
+    count, mean, var = torch.tensor(5.0, dtype=torch.float64), torch.arange(3.0).double(), torch.ones(3).double()
+    counts, means, vars_ = ppo_ddp.gather_moments(count, mean, var)
+    assert counts.shape == (1,) and means.shape == vars_.shape == (1, 3)
+    merged = ppo_ddp.merge_rank_moments(counts, means, vars_)
+    for a, b in zip(merged, (count, mean, var)):
+        torch.testing.assert_close(a, b)
+    assert ppo_ddp.all_reduce_mean(torch.tensor(2.5)).item() == 2.5
+    assert ppo_ddp.gather_objects([1, 2]) == [1, 2] and ppo_ddp.broadcast_from_rank0(0.5) == 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# Two ranks on the CPU
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    """4 iterations of 2 ranks x 2 envs x 64 steps, with every option that needs a decision shared by
+    the ranks (adaptive learning rate, early stop) and a second actor pass (L2C2), checked every iteration."""
+    log_dir = tmp_path_factory.mktemp("runs")
+    proc = torchrun("ppo_ddp.py", *SMALL, "--total-timesteps", "1024", "--check-sync-every", "1", "--eval-every", "2",
+                    "--checkpoint-every", "1", "--desired-kl", "0.01", "--target-kl", "0.02", "--l2c2-coef", "0.1",
+                    "--log-dir", str(log_dir))
+    out, err = proc.communicate(timeout=180)
+    return proc.returncode, out, err, log_dir
+
+
+def test_two_ranks_train_in_sync(two_rank_run):
+    returncode, out, err, log_dir = two_rank_run
+    assert returncode == 0, err[-3000:]
+    assert "4 iterations of 256 steps (2 ranks x 2 envs x 64; 128 per rank)" in out
+    assert out.count("parameters in sync across 2 ranks") == 4 + 1  # every iteration and at the end
+    assert out.count("iter 1/4") == 1 and out.count("deterministic eval") == 1  # rank 0 alone prints
+    (run_dir,) = log_dir.iterdir()  # rank 0 alone writes
+    assert {"checkpoint.pt", "best.pt"} <= {p.name for p in run_dir.iterdir()}
+    ckpt = ppo_ddp.load_checkpoint(str(run_dir / "checkpoint.pt"))
+    assert ckpt["global_step"] == 1024 and not any(k.startswith("module.") for k in ckpt["agent"])
+    assert ckpt["agent"]["obs_rms.count"].item() == pytest.approx(1e-4 + 1024)  # statistics of both ranks
+
+
+def test_two_rank_checkpoint_evaluates_the_same_in_one_process(two_rank_run):
+    returncode, out, _, log_dir = two_rank_run
+    assert returncode == 0
+    printed = float(re.search(r"deterministic eval over 2 episodes: (-?[\d.]+)", out).group(1))
+    metrics = ppo_ddp.train(ppo_ddp.Args(eval_checkpoint=str(next(log_dir.glob("*/checkpoint.pt"))), eval_episodes=2))
+    assert metrics["eval/episodic_return"] == pytest.approx(printed, abs=0.051)  # same policy, same eval seeds
+
+
+def test_two_rank_checkpoint_resumes_in_one_process(two_rank_run, tmp_path):
+    returncode, _, _, log_dir = two_rank_run
+    assert returncode == 0
+    copy = tmp_path / "checkpoint.pt"
+    shutil.copy(next(log_dir.glob("*/checkpoint.pt")), copy)
+    # The global batch shrinks from 256 to 128: steps 1024 -> 1280 are two iterations (9 and 10).
+    metrics = ppo_ddp.train(ppo_ddp.Args(resume=str(copy), total_timesteps=1280, eval_episodes=2))
+    assert metrics["global_step"] == 1280 and np.isfinite(metrics["losses/policy_loss"])
+    ckpt = ppo_ddp.load_checkpoint(str(copy))
+    assert ckpt["iteration"] == 10 and ckpt["agent"]["obs_rms.count"].item() == pytest.approx(1e-4 + 1280)
+
+
+BYPASS_DDP = """
+import ppo_ddp, tyro
+original = ppo_ddp.ppo_loss
+# The bug the check is there for: the update's forward pass skips the DDP wrapper, so the gradients stay local.
+ppo_ddp.ppo_loss = lambda agent, *rest: original(agent.module, *rest)
+ppo_ddp.train(tyro.cli(ppo_ddp.Args))
+"""
+
+
+def test_forward_pass_around_ddp_is_caught_by_the_sync_check(tmp_path):
+    driver = tmp_path / "bypass_ddp.py"
+    driver.write_text(BYPASS_DDP)
+    proc = torchrun(str(driver), *SMALL, "--total-timesteps", "512", "--check-sync-every", "1", "--log-dir", str(tmp_path))
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert "parameters out of sync: 1 of 2 ranks differ from rank 0" in err
+    assert "parameters in sync" not in out
+
+
+def child_with_rank(parent: int, rank: int) -> int:
+    """The pid of torchrun's worker process with the given RANK (Linux /proc)."""
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        if ppid == parent and f"RANK={rank}".encode() in environ:
+            return int(entry)
+    raise LookupError(f"no worker with RANK={rank}")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the worker through /proc")
+def test_a_killed_rank_brings_the_job_down_without_hanging(tmp_path):
+    proc = torchrun("ppo_ddp.py", *SMALL, "--total-timesteps", "1000000", "--log-dir", str(tmp_path))
+    deadline = time.time() + 120
+    while "iter 2/" not in proc.stdout.readline():
+        assert time.time() < deadline and proc.poll() is None
+    os.kill(child_with_rank(proc.pid, 1), signal.SIGKILL)
+    killed = time.time()
+    try:
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # a hang: do not leave the job behind
+            proc.kill()
+    assert proc.returncode != 0
+    assert time.time() - killed < 30
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_two_ranks_learn_inverted_pendulum(tmp_path):
+    # 4 envs per rank: the global batch of 2 x 4 x 256 = 2048 steps is the single-process default.
+    proc = torchrun("ppo_ddp.py", "--env-id", "InvertedPendulum-v5", "--total-timesteps", "150000", "--num-envs", "4",
+                    "--log-dir", str(tmp_path))
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    eval_return = float(re.search(r"deterministic eval over 10 episodes: (-?[\d.]+)", out).group(1))
+    print(f"InvertedPendulum-v5, 2 ranks, 150k steps: deterministic eval {eval_return:.1f}")
+    assert eval_return >= 900
