@@ -148,7 +148,8 @@ class AlwaysTruncates(gym.Env):
 
 
 def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch):
-    gym.register("AlwaysTruncates-v0", entry_point=AlwaysTruncates)
+    if "AlwaysTruncates-v0" not in gym.registry:
+        gym.register("AlwaysTruncates-v0", entry_point=AlwaysTruncates)
     if hasattr(ppo, "make_mirror_fns"):  # this toy env is symmetric under the identity map
         monkeypatch.setattr(ppo, "make_mirror_fns", lambda env_id: (lambda obs: obs, lambda act: act))
     gamma = 0.9
