@@ -69,7 +69,7 @@ class Args:
     """discount factor"""
     gae_lambda: float = 0.95
     """lambda of generalized advantage estimation"""
-    num_minibatches: int = 32
+    num_minibatches: int = 8
     """minibatches per epoch"""
     update_epochs: int = 10
     """passes over the batch per update"""
@@ -91,10 +91,13 @@ class Args:
     """max gradient norm, applied to actor and critic separately"""
     target_kl: Optional[float] = None
     """stop the epochs of an update early once approx_kl exceeds this"""
-    actor_layers: tuple[int, ...] = (64, 64)
+    actor_layers: tuple[int, ...] = (256, 256)
     """hidden layer sizes of the actor MLP"""
-    critic_layers: tuple[int, ...] = (64, 64)
+    critic_layers: tuple[int, ...] = (256, 256)
     """hidden layer sizes of the critic MLP"""
+    init_logstd: float = -0.5
+    """initial log standard deviation of the Gaussian policy in the [-1, 1] action space (std 0.61:
+    less random flailing early on; Andrychowicz et al. 2021 recommend an initial std of about 0.5)"""
     optimizer: Literal["adam", "muon"] = "adam"
     """adam, or muon: torch.optim.Muon on the 2-D hidden weights and Adam on the rest"""
     compile: bool = False
@@ -226,7 +229,7 @@ class Agent(nn.Module):
         self.obs_rms = RunningMeanStd((obs_dim,))
         # A small last layer makes the initial mean ~0 for every state (Andrychowicz et al. 2021).
         self.actor_mean = mlp(obs_dim, args.actor_layers, act_dim, out_std=0.01)
-        self.actor_logstd = nn.Parameter(torch.zeros(act_dim))
+        self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
         self.critic = mlp(obs_dim, args.critic_layers, 1, out_std=1.0)
 
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
