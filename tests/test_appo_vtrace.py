@@ -1,0 +1,306 @@
+"""Tests of appo_vtrace.py: V-trace against a plain loop, the actor/learner lifecycle (a killed
+actor, Ctrl-C, no process left behind), checkpoints, bad input and learning.
+
+The end-to-end tests start real actor processes (spawn), so each costs a few seconds of start-up.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import appo_vtrace as appo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV_ID = "Hopper-v5"  # terminates often early in training, so rollouts hold episode ends
+
+
+# ---------------------------------------------------------------------------------------------
+# V-trace
+# ---------------------------------------------------------------------------------------------
+def vtrace_reference(behaviour, target, rewards, values, bootstrap, dones, gamma, clip_rho, clip_c):
+    """IMPALA eq. 1 written out as a sum, one env and one start step at a time:
+    v_s = V(x_s) + sum_{t>=s} gamma^{t-s} (prod_{i<t} c_i) rho_t (r_t + gamma V(x_{t+1}) - V(x_t)),
+    stopping at the end of the episode (where V(x_{t+1}) counts as 0)."""
+    T, N = rewards.shape
+    ratio = np.exp(target - behaviour)
+    vs, adv = np.zeros((T, N)), np.zeros((T, N))
+    for n in range(N):
+        def next_value(t, v):  # the value of the state after step t in the same episode
+            return 0.0 if dones[t, n] else (bootstrap[n] if t == T - 1 else v[t + 1, n])
+
+        for s in range(T):
+            total, weight = values[s, n], 1.0
+            for t in range(s, T):
+                total += weight * min(clip_rho, ratio[t, n]) * (rewards[t, n] + gamma * next_value(t, values) - values[t, n])
+                if dones[t, n]:
+                    break
+                weight *= gamma * min(clip_c, ratio[t, n])
+            vs[s, n] = total
+        for s in range(T):
+            adv[s, n] = min(clip_rho, ratio[s, n]) * (rewards[s, n] + gamma * next_value(s, vs) - values[s, n])
+    return vs, adv
+
+
+def test_vtrace_matches_plain_loop_off_policy_with_episode_ends():
+    rng = np.random.default_rng(0)
+    T, N = 13, 5
+    behaviour = rng.normal(size=(T, N))
+    target = behaviour + rng.normal(scale=0.6, size=(T, N))
+    rewards, values = rng.normal(size=(2, T, N))
+    bootstrap = rng.normal(size=N)
+    dones = np.zeros((T, N))
+    dones[2, 0] = dones[7, 0] = dones[12, 1] = dones[0, 3] = dones[5, 4] = 1
+    clip_rho, clip_c = 1.3, 0.8  # different, so a swap of the two would be caught
+    ratio = np.exp(target - behaviour)
+    assert (ratio > clip_rho).any() and ((ratio > clip_c) & (ratio < clip_rho)).any() and (ratio < clip_c).any()
+    expected_vs, expected_adv = vtrace_reference(behaviour, target, rewards, values, bootstrap, dones, 0.95, clip_rho, clip_c)
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    vs, adv = appo.vtrace_advantages(t(behaviour), t(target), t(rewards), t(values), t(bootstrap), t(dones),
+                                     gamma=0.95, clip_rho=clip_rho, clip_c=clip_c)
+    np.testing.assert_allclose(vs.numpy(), expected_vs, atol=1e-12)
+    np.testing.assert_allclose(adv.numpy(), expected_adv, atol=1e-12)
+
+
+def test_vtrace_on_policy_is_the_bootstrapped_n_step_return():
+    rng = np.random.default_rng(1)
+    T, N, gamma = 9, 3, 0.9
+    logp = torch.tensor(rng.normal(size=(T, N)))
+    rewards, values = torch.tensor(rng.normal(size=(2, T, N)))
+    bootstrap = torch.tensor(rng.normal(size=N))
+    vs, adv = appo.vtrace_advantages(logp, logp, rewards, values, bootstrap, torch.zeros(T, N, dtype=torch.float64), gamma=gamma)
+    for s in range(T):
+        n_step = sum(gamma ** (t - s) * rewards[t] for t in range(s, T)) + gamma ** (T - s) * bootstrap
+        torch.testing.assert_close(vs[s], n_step)
+    next_vs = torch.cat([vs[1:], bootstrap[None]])
+    torch.testing.assert_close(adv, rewards + gamma * next_vs - values)
+
+
+def test_soft_update_and_lr_factors():
+    args = appo.Args(actor_layers=(8,), critic_layers=(8,))
+    agent, target = appo.Agent(3, 2, args), appo.Agent(3, 2, args)
+    before = [p.clone() for p in target.parameters()]
+    agent.obs_rms.update(torch.randn(10, 3))
+    appo.soft_update(target, agent, 0.25)
+    for b, p_target, p in zip(before, target.parameters(), agent.parameters()):
+        torch.testing.assert_close(p_target, 0.75 * b + 0.25 * p)
+    assert torch.equal(target.obs_rms.mean, agent.obs_rms.mean)
+    assert appo.adapt_learning_rate(1e-3, kl=0.05, desired_kl=0.01, decrease=2.0) == pytest.approx(5e-4)
+    assert appo.adapt_learning_rate(1e-3, kl=0.001, desired_kl=0.01, increase=1.2) == pytest.approx(1.2e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end with 2 actors
+# ---------------------------------------------------------------------------------------------
+def short_args(tmp_path, **overrides):
+    # batch = 2 rollouts x 2 envs x 128 steps = 512; 4 updates
+    fields = dict(env_id=ENV_ID, total_timesteps=2048, num_actors=2, num_envs=2, num_steps=128, num_rollouts=2,
+                  num_minibatches=4, update_epochs=2, eval_episodes=2, log_dir=str(tmp_path))
+    return appo.Args(**{**fields, **overrides})
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("runs")
+    metrics = appo.train(short_args(log_dir))
+    return metrics, next(log_dir.glob("*/checkpoint.pt"))
+
+
+def test_short_run_trains_with_finite_losses_and_reports_policy_lag(short_run):
+    metrics, ckpt_path = short_run
+    for tag in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
+                "losses/explained_variance", "losses/behaviour_kl", "losses/rho_clipfrac", "losses/rho_p99",
+                "losses/grad_norm", "losses/actor_grad_norm", "losses/critic_grad_norm", "charts/policy_lag_mean",
+                "charts/policy_lag_max", "charts/learner_wait_time", "charts/actor_wait_frac", "charts/SPS",
+                "charts/learning_rate", "charts/episodic_return", "eval/episodic_return"):
+        assert np.isfinite(metrics[tag]), tag
+    assert metrics["global_step"] == 2048
+    assert 0 <= metrics["charts/policy_lag_mean"] <= metrics["charts/policy_lag_max"]
+    # The learner normalizes with statistics of exactly the rollouts it trained on, and the
+    # checkpoint holds the target network too.
+    ckpt = appo.load_checkpoint(str(ckpt_path))
+    assert ckpt["agent"]["obs_rms.count"].item() == pytest.approx(1e-4 + 2048)
+    assert ckpt["iteration"] == 4 and "target_agent" in ckpt
+
+
+def test_tensorboard_has_cleanrl_tags_and_a_nonzero_lag(short_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, ckpt_path = short_run
+    events = EventAccumulator(str(ckpt_path.parent)).Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"charts/episodic_return", "charts/SPS", "losses/approx_kl", "charts/policy_lag_mean",
+            "charts/learner_wait_time", "eval/episodic_return"} <= tags
+    # Every actor starts its second rollout (with version 0) before the learner can publish
+    # version 1, so the second update trains on data one update old.
+    assert max(e.value for e in events.Scalars("charts/policy_lag_max")) >= 1
+
+
+def test_checkpoint_round_trip_and_resume(short_run, tmp_path):
+    metrics, ckpt_path = short_run
+    reloaded = appo.train(appo.Args(eval_checkpoint=str(ckpt_path), eval_episodes=2))
+    assert reloaded["eval/episodic_return"] == metrics["eval/episodic_return"]
+    copy = tmp_path / "checkpoint.pt"
+    copy.write_bytes(ckpt_path.read_bytes())
+    resumed = appo.train(appo.Args(resume=str(copy), total_timesteps=3072, eval_episodes=2))
+    assert resumed["global_step"] == 3072
+    ckpt = appo.load_checkpoint(str(copy))
+    assert ckpt["iteration"] == 6 and ckpt["args"]["num_envs"] == 2  # saved settings kept
+
+
+def test_options_train_with_finite_losses(tmp_path):
+    """Adaptive LR, value clipping, a soft and rarer target update, rho-bar != c-bar, 3 actors."""
+    metrics = appo.train(short_args(tmp_path, total_timesteps=1536, num_actors=3, desired_kl=0.01, lr_decrease_factor=2.0,
+                                    clip_vloss=True, tau=0.5, target_update_freq=2, clip_rho=2.0, clip_c=0.5))
+    assert all(np.isfinite(v) for v in metrics.values())
+
+
+class AlwaysTruncates(gym.Env):
+    """Reward 1 every step, never terminates, truncated after 5 steps: the true value is 1 / (1 - gamma)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), 1.0, False, self.t >= 5, {}
+
+
+# Registered on import: the actor processes import this module through the "module:EnvId" form.
+gym.register("AlwaysTruncates-v0", entry_point=AlwaysTruncates)
+
+
+def test_truncated_episodes_bootstrap_from_final_obs(tmp_path):
+    gamma = 0.9
+    args = short_args(tmp_path, env_id=f"{__name__}:AlwaysTruncates-v0", total_timesteps=20_000, num_envs=4, num_steps=50,
+                      num_minibatches=2, update_epochs=4, gamma=gamma, norm_reward=False, norm_obs=False,
+                      critic_learning_rate=3e-3, anneal_lr=False, eval_episodes=1)
+    appo.train(args)
+    ckpt = appo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
+    agent = appo.Agent(1, 1, args)
+    agent.load_state_dict(ckpt["agent"])
+    # Bootstrapping gives 1 / (1 - 0.9) = 10; treating truncation as termination at most 4.1.
+    assert agent.get_value(torch.zeros(1, 1)).item() == pytest.approx(1 / (1 - gamma), rel=0.15)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lifecycle: a dead actor, Ctrl-C, nothing left running
+# ---------------------------------------------------------------------------------------------
+def start_script(tmp_path):
+    """Run the script in a subprocess until its second update; return it and its actor pids."""
+    proc = subprocess.Popen([sys.executable, "appo_vtrace.py", "--env-id", ENV_ID, "--num-actors", "2", "--num-envs", "2",
+                             "--num-rollouts", "2", "--num-steps", "64",
+                             "--num-minibatches", "2", "--update-epochs", "2", "--log-dir", str(tmp_path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, pids = time.time() + 120, None
+    while True:
+        line = proc.stdout.readline()
+        assert time.time() < deadline and proc.poll() is None, "the script did not start"
+        if "actor pids" in line:
+            pids = [int(p) for p in re.search(r"actor pids ([\d ]+);", line).group(1).split()]
+        if "iter 2/" in line:
+            return proc, pids
+
+
+def running(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def assert_all_gone(pids):
+    deadline = time.time() + 3
+    while any(running(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(running(p) for p in pids), "an actor outlived the learner"
+
+
+def test_killed_actor_stops_the_learner_promptly(tmp_path):
+    proc, pids = start_script(tmp_path)
+    killed_at = time.time()
+    os.kill(pids[1], signal.SIGKILL)
+    _, err = proc.communicate(timeout=30)
+    assert time.time() - killed_at < 10
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    assert f"error: actor 1 (pid {pids[1]}) died (killed by SIGKILL)" in err.strip().splitlines()[-1]
+    assert_all_gone(pids)
+    ckpt = appo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))  # what was learned is kept
+    assert ckpt["iteration"] >= 2
+
+
+def test_ctrl_c_saves_a_checkpoint_and_stops_every_actor(tmp_path):
+    proc, pids = start_script(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "resume with --resume" in err and "Traceback" not in err
+    assert_all_gone(pids)
+    ckpt = appo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
+    assert ckpt["global_step"] >= 256 and ckpt["global_step"] % 256 == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one line, exit code != 0, no traceback
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides, message", [
+    (dict(env_id="NoSuchEnv-v0"), "unknown env id"),
+    (dict(env_id="CartPole-v1"), "Discrete action space"),
+    (dict(num_minibatches=3), "not divisible"),
+    (dict(num_actors=0), "--num-actors must be positive"),
+    (dict(num_rollouts=-1), "--num-rollouts must be positive"),
+    (dict(lr_decrease_factor=1.0), "--lr-decrease-factor must be > 1"),
+    (dict(lr_increase_factor=0.5), "--lr-increase-factor must be > 1"),
+    (dict(tau=0.0), "--tau must lie in"),
+    (dict(clip_rho=0.0), "--clip-rho and --clip-c must be positive"),
+    (dict(resume="/no/such/checkpoint.pt"), "checkpoint not found"),
+    (dict(eval_checkpoint="/no/such/checkpoint.pt"), "checkpoint not found"),
+])
+def test_bad_input_is_refused_clearly(tmp_path, overrides, message):
+    with pytest.raises(SystemExit, match=message):
+        appo.train(short_args(tmp_path, **overrides))
+
+
+def test_checkpoint_of_another_script_or_env_is_refused(short_run, tmp_path):
+    _, ckpt_path = short_run
+    foreign = tmp_path / "foreign.pt"
+    torch.save({**torch.load(ckpt_path, weights_only=False), "script": "ppo_continuous"}, foreign)
+    with pytest.raises(SystemExit, match="not written by appo_vtrace.py"):
+        appo.train(appo.Args(eval_checkpoint=str(foreign)))
+    with pytest.raises(SystemExit, match=f"holds a policy for {ENV_ID}"):
+        appo.train(appo.Args(resume=str(ckpt_path), env_id="Ant-v5"))
+
+
+def test_command_line_error_has_no_traceback():
+    result = subprocess.run([sys.executable, "appo_vtrace.py", "--env-id", "NoSuchEnv-v0"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith("error: unknown env id")
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_learns_inverted_pendulum(tmp_path):
+    # Two actors, so that each batch mixes rollouts of different ages; 8 minibatches instead of 32
+    # (a quarter of the gradient steps), as the learner is the bottleneck on 2 cores.
+    metrics = appo.train(appo.Args(env_id="InvertedPendulum-v5", total_timesteps=150_000, num_actors=2, num_envs=4,
+                                   num_rollouts=2, num_minibatches=8, log_dir=str(tmp_path)))
+    assert metrics["eval/episodic_return"] >= 900
