@@ -91,9 +91,9 @@ class Args:
     """max gradient norm, applied to actor and critic separately"""
     target_kl: Optional[float] = None
     """stop the epochs of an update early once approx_kl exceeds this"""
-    actor_layers: tuple[int, ...] = (256, 256)
+    actor_layers: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the actor MLP"""
-    critic_layers: tuple[int, ...] = (256, 256)
+    critic_layers: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the critic MLP"""
     init_logstd: float = -0.5
     """initial log standard deviation of the Gaussian policy in the [-1, 1] action space (std 0.61:
