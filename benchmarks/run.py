@@ -98,6 +98,16 @@ def run_one(args: Args, script: str, env_id: str, seed: int) -> dict:
     return row
 
 
+def append_rows(path: str, rows: list[dict]):
+    """Append rows to a CSV file, writing the header first if the file is new."""
+    new_file = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new_file:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
 def main(args: Args):
     for script in args.scripts:
         if not os.path.isfile(os.path.join(ROOT, script)):
@@ -106,12 +116,7 @@ def main(args: Args):
         for env_id in args.env_ids:
             for seed in args.seeds:
                 row = run_one(args, script, env_id, seed)
-                new_file = not os.path.exists(args.results)
-                with open(args.results, "a", newline="") as f:
-                    writer = csv.DictWriter(f, fieldnames=COLUMNS)
-                    if new_file:
-                        writer.writeheader()
-                    writer.writerow(row)
+                append_rows(args.results, [{key: row[key] for key in COLUMNS}])
                 print("recorded:", row, flush=True)
 
 

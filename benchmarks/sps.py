@@ -10,7 +10,6 @@ with 1 and with 2 processes (torchrun), which also gives its scaling efficiency.
 to benchmarks/sps.csv.
 """
 
-import csv
 import datetime
 import importlib
 import os
@@ -24,7 +23,7 @@ import gymnasium as gym
 import tyro
 
 sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-from run import ROOT, scalars  # noqa: E402  (benchmarks/run.py)
+from run import ROOT, append_rows, scalars  # noqa: E402  (benchmarks/run.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -82,12 +81,7 @@ def main(args: Args):
                          "raw_env_sps": round(raw), "train_sps": round(trained), "ratio": round(trained / raw, 3),
                          "date": datetime.date.today().isoformat()})
             print(rows[-1], flush=True)
-    new_file = not os.path.exists(args.output)
-    with open(args.output, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows)
+    append_rows(args.output, rows)
     print(f"\n| script | processes | envs | raw vector-env SPS | training SPS | ratio |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| `{r['script']}` | {r['nproc']} | {r['num_envs']} | {r['raw_env_sps']} | {r['train_sps']} | {r['ratio']:.0%} |")

@@ -7,7 +7,6 @@ Works for checkpoints of ppo_continuous.py and ppo_symaug.py (any script whose c
 it); the mirror maps come from ppo_symaug.make_mirror_fns. Rows are appended to symmetry.csv.
 """
 
-import csv
 import datetime
 import importlib
 import os
@@ -20,8 +19,9 @@ import torch
 import tyro
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import ppo_symaug  # noqa: E402
+from run import append_rows  # noqa: E402  (benchmarks/run.py)
 
 
 @dataclass
@@ -61,12 +61,7 @@ def main(args: Args):
                      "global_step": ckpt["global_step"], "symmetry_error": f"{error:.3g}", "checkpoint": path,
                      "date": datetime.date.today().isoformat()})
         print(rows[-1], flush=True)
-    new_file = not os.path.exists(args.output)
-    with open(args.output, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows)
+    append_rows(args.output, rows)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -162,29 +161,11 @@ def test_options_train_with_finite_losses(tmp_path):
     assert all(np.isfinite(v) for v in metrics.values())
 
 
-class AlwaysTruncates(gym.Env):
-    """Reward 1 every step, never terminates, truncated after 5 steps: the true value is 1 / (1 - gamma)."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(1, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        return np.zeros(1, np.float32), 1.0, False, self.t >= 5, {}
-
-
-# Registered on import: the actor processes import this module through the "module:EnvId" form.
-gym.register("AlwaysTruncates-v0", entry_point=AlwaysTruncates)
 
 
 def test_truncated_episodes_bootstrap_from_final_obs(tmp_path):
     gamma = 0.9
-    args = short_args(tmp_path, env_id=f"{__name__}:AlwaysTruncates-v0", total_timesteps=20_000, num_envs=4, num_steps=50,
+    args = short_args(tmp_path, env_id="toy_envs:AlwaysTruncates-v0", total_timesteps=20_000, num_envs=4, num_steps=50,
                       num_minibatches=2, update_epochs=4, gamma=gamma, norm_reward=False, norm_obs=False,
                       critic_learning_rate=3e-3, anneal_lr=False, eval_episodes=1)
     appo.train(args)

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -131,29 +130,11 @@ def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(ppo, t
 # ---------------------------------------------------------------------------------------------
 # Truncation bootstrap, end to end
 # ---------------------------------------------------------------------------------------------
-class AlwaysTruncates(gym.Env):
-    """Reward 1 every step, never terminates, truncated after 5 steps: the true value is 1 / (1 - gamma)."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(1, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        return np.zeros(1, np.float32), 1.0, False, self.t >= 5, {}
-
-
 def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch):
-    if "AlwaysTruncates-v0" not in gym.registry:
-        gym.register("AlwaysTruncates-v0", entry_point=AlwaysTruncates)
     if hasattr(ppo, "make_mirror_fns"):  # this toy env is symmetric under the identity map
         monkeypatch.setattr(ppo, "make_mirror_fns", lambda env_id: (lambda obs: obs, lambda act: act))
     gamma = 0.9
-    args = ppo.Args(env_id="AlwaysTruncates-v0", total_timesteps=40_000, num_envs=4, num_steps=50, num_minibatches=2,
+    args = ppo.Args(env_id="toy_envs:AlwaysTruncates-v0", total_timesteps=40_000, num_envs=4, num_steps=50, num_minibatches=2,
                 update_epochs=4, gamma=gamma, gae_lambda=0.95, norm_reward=False, norm_obs=False,
                 critic_learning_rate=3e-3, anneal_lr=False, eval_episodes=1, log_dir=str(tmp_path))
     ppo.train(args)
