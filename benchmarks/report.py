@@ -68,9 +68,9 @@ def plot(curves: list[dict], folder: str):
             grid = np.linspace(0, max(s for points in seeds.values() for s, _ in points), 100)
             interpolated = np.array([np.interp(grid, *zip(*sorted(points))) for points in seeds.values()])
             mean = interpolated.mean(0)
-            ax.plot(grid, mean, label=f"{label} ({len(seeds)} seeds)")
-            if len(seeds) > 1:
-                ax.fill_between(grid, interpolated.min(0), interpolated.max(0), alpha=0.2)
+            (line,) = ax.plot(grid, mean, label=f"{label} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
+            if len(seeds) > 1:  # shaded: the range over the seeds
+                ax.fill_between(grid, interpolated.min(0), interpolated.max(0), color=line.get_color(), alpha=0.2)
         ax.set(title=env_id, xlabel="environment steps", ylabel="episodic return (training)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
