@@ -546,10 +546,11 @@ def train(args: Args) -> dict[str, float]:
     # Rollout storage (time-major [T, N]); observations are stored raw, the agent normalizes.
     obs_buf = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
     actions_buf = torch.zeros((args.num_steps, args.num_envs, act_dim), device=device)
-    logprobs_buf, rewards_buf, values_buf, next_values_buf, terminated_buf, dones_buf = (
-        torch.zeros((args.num_steps, args.num_envs), device=device) for _ in range(6))
+    logprobs_buf, values_buf, final_values_buf = (torch.zeros((args.num_steps, args.num_envs), device=device) for _ in range(3))
     means_buf = torch.zeros((args.num_steps, args.num_envs, act_dim), device=device)
-    discounted_buf = torch.zeros((args.num_steps, args.num_envs), dtype=torch.float64)
+    # What the env returns stays in numpy until the rollout ends: one conversion instead of one per step.
+    rewards_np, discounted_np = np.zeros((args.num_steps, args.num_envs)), np.zeros((args.num_steps, args.num_envs))
+    terminated_np, truncated_np = (np.zeros((args.num_steps, args.num_envs), dtype=bool) for _ in range(2))
 
     def checkpoint_state(iteration: int) -> dict:
         return {"script": SCRIPT_NAME, "env_id": args.env_id, "obs_dim": obs_dim, "act_dim": act_dim,
@@ -598,6 +599,7 @@ def train(args: Args) -> dict[str, float]:
                         scale_action(action.cpu().numpy(), envs.single_action_space))
                     done = terminated | truncated
                     next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+                    rewards_np[step], terminated_np[step], truncated_np[step] = reward, terminated, truncated
 
                     running_return += reward
                     running_length += 1
@@ -609,23 +611,26 @@ def train(args: Args) -> dict[str, float]:
                     running_return[done], running_length[done] = 0.0, 0
 
                     discounted_return = discounted_return * args.gamma + reward
-                    discounted_buf[step] = torch.as_tensor(discounted_return)
+                    discounted_np[step] = discounted_return
                     discounted_return[done] = 0.0
-                    rewards_buf[step] = torch.as_tensor(reward, device=device)
-                    terminated_buf[step] = torch.as_tensor(terminated, dtype=torch.float32, device=device)
-                    dones_buf[step] = torch.as_tensor(done, dtype=torch.float32, device=device)
-                    # V(s_{t+1}) of the same episode: the reset obs belongs to the next episode, so a
-                    # truncated episode bootstraps from V(final_obs); a terminated one needs none.
-                    next_values_buf[step] = agent.get_value(next_obs)
+                    # The obs returned for a finished episode is already the reset obs of the next one, so a
+                    # truncated episode bootstraps from V(final_obs); a terminated one needs no value.
                     if truncated.any():
                         idx = np.flatnonzero(truncated)
                         final_obs = torch.as_tensor(np.stack(info["final_obs"][idx]), dtype=torch.float32, device=device)
-                        next_values_buf[step, idx] = agent.get_value(final_obs)
+                        final_values_buf[step, idx] = agent.get_value(final_obs)
+                # V(s_{t+1}) of the same episode is the value the next step computed anyway (one critic pass
+                # per step), except after a truncation, where it is V(final_obs).
+                next_values = torch.cat((values_buf[1:], agent.get_value(next_obs)[None]))
+                next_values = torch.where(torch.as_tensor(truncated_np, device=device), final_values_buf, next_values)
+            rewards_buf = torch.as_tensor(rewards_np, dtype=torch.float32, device=device)
+            terminated_buf = torch.as_tensor(terminated_np, dtype=torch.float32, device=device)
+            dones_buf = torch.as_tensor(terminated_np | truncated_np, dtype=torch.float32, device=device)
 
             if args.norm_reward:  # scale by the std of the discounted return, this rollout included
-                reward_rms.update(discounted_buf)
+                reward_rms.update(torch.as_tensor(discounted_np))
                 rewards_buf = (rewards_buf / torch.sqrt(reward_rms.var.float() + 1e-8)).clamp(-args.clip_reward, args.clip_reward)
-            advantages, returns = compute_gae(rewards_buf, values_buf, next_values_buf, terminated_buf, dones_buf,
+            advantages, returns = compute_gae(rewards_buf, values_buf, next_values, terminated_buf, dones_buf,
                                               args.gamma, args.gae_lambda)
 
             # --- Update: the normalizer stays frozen; it learns from this rollout afterwards. ---
