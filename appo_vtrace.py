@@ -40,6 +40,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 SCRIPT_NAME = "appo_vtrace"  # stored in checkpoints so that another script's checkpoint is refused
 EVAL_SEED_OFFSET = 10_000  # evaluation episodes use seeds the training envs never see
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 @dataclass
@@ -251,12 +252,16 @@ class Agent(nn.Module):
     def get_action_and_value(self, obs: torch.Tensor, action: Optional[torch.Tensor] = None):
         x = self.normalize(obs)
         mean = self.actor_mean(x)
-        std = self.actor_logstd.exp().expand_as(mean)
-        dist = torch.distributions.Normal(mean, std, validate_args=False)  # checks cost more than the net
+        logstd = self.actor_logstd.expand_as(mean)
+        std = logstd.exp()
         if action is None:
-            action = dist.sample()
+            action = torch.normal(mean, std)
+        # The diagonal Gaussian's log-density and entropy written out: torch.distributions.Normal gives
+        # the same numbers, but building it on every call costs more than these small networks.
+        logprob = (-0.5 * ((action - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
+        entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1)
         value = self.critic(x).squeeze(-1)
-        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), value, mean, std
+        return action, logprob, entropy, value, mean, std
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,11 +341,13 @@ def ppo_loss(agent: Agent, obs, actions, target_logprobs, advantages, returns, o
 
 
 def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
-    """Actor and critic in separate parameter groups, each remembering its initial learning rate."""
+    """Actor and critic in separate parameter groups, each remembering its initial learning rate.
+    fused=True: Adam updates all parameters in one kernel; with networks this small the per-op
+    overhead of the default implementation is a tenth of the whole update's time."""
     critic_lr = args.learning_rate if args.critic_learning_rate is None else args.critic_learning_rate
     groups = [("actor", [*agent.actor_mean.parameters(), agent.actor_logstd], args.learning_rate),
               ("critic", list(agent.critic.parameters()), critic_lr)]
-    return [torch.optim.Adam([{"params": p, "lr": lr, "initial_lr": lr, "name": n} for n, p, lr in groups], eps=1e-5, foreach=True)]
+    return [torch.optim.Adam([{"params": p, "lr": lr, "initial_lr": lr, "name": n} for n, p, lr in groups], eps=1e-5, fused=True)]
 
 
 def set_learning_rate(optimizers, scale: float):

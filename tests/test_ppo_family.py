@@ -239,6 +239,21 @@ def test_gaussian_kl_matches_torch(ppo):
     torch.testing.assert_close(ppo.gaussian_kl(m0, s0, m1, s1), expected)
 
 
+def test_policy_log_prob_entropy_and_sampling_match_torch_normal(ppo):
+    agent = ppo.Agent(5, 3, ppo.Args())
+    with torch.no_grad():
+        agent.actor_logstd.copy_(torch.tensor([-1.0, 0.0, 0.5]))
+    obs, actions = torch.randn(7, 5), torch.randn(7, 3)
+    _, logprob, entropy, _, mean, std = agent.get_action_and_value(obs, actions)
+    reference = torch.distributions.Normal(mean, std)
+    torch.testing.assert_close(logprob, reference.log_prob(actions).sum(-1))
+    torch.testing.assert_close(entropy, reference.entropy().sum(-1))
+    torch.manual_seed(3)
+    sampled = agent.get_action_and_value(obs)[0]
+    torch.manual_seed(3)
+    torch.testing.assert_close(sampled, reference.sample())  # same draw from the same RNG state
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: one line, exit code != 0, no traceback
 # ---------------------------------------------------------------------------------------------
