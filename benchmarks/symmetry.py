@@ -1,5 +1,9 @@
-"""Symmetry error of trained policies: mean squared difference between the actor mean at mirrored
-states and the mirrored actor mean, over states the deterministic policy visits.
+"""Symmetry of trained policies, over the states the deterministic policy visits:
+
+* symmetry_error: mean squared difference between the actor mean at mirrored states and the
+  mirrored actor mean (0 for an exactly symmetric policy);
+* state_asymmetry: how far the visited states are from their own mirror images (0 when the robot
+  moves on the mirror-invariant subspace, e.g. a Walker2d whose two legs move as one).
 
     python benchmarks/symmetry.py --checkpoints benchmarks/runs/Walker2d-v5__*/checkpoint.pt
 
@@ -47,6 +51,18 @@ def visited_states(agent, script, env_id: str, steps: int, seed: int = 0) -> tor
     return torch.as_tensor(np.stack(states), dtype=torch.float32)
 
 
+def state_asymmetry(states: torch.Tensor, mirror_obs) -> float:
+    """mean ||M s - s||^2 / (2 mean ||s - mean(s)||^2) over raw observations: 0 when every state is its
+    own mirror image, growing with the distance from the mirror-invariant subspace relative to the
+    spread of the visited states (i.i.d. dims would give the share of dims the mirror moves).
+
+    A symmetric policy started in a mirror-invariant state (Walker2d resets with both legs together,
+    up to small noise) gives mirror-symmetric actions there, so without noise it never leaves the
+    invariant subspace; this measures whether the learned gait did."""
+    spread = 2.0 * ((states - states.mean(0)) ** 2).sum(-1).mean()
+    return (((mirror_obs(states) - states) ** 2).sum(-1).mean() / spread).item()
+
+
 def main(args: Args):
     rows = []
     for path in args.checkpoints:
@@ -58,7 +74,8 @@ def main(args: Args):
         states = visited_states(agent, script, ckpt["env_id"], args.steps)
         error = ppo_symaug.symmetry_error(agent, states, mirror_obs, mirror_act)
         rows.append({"script": f"{ckpt['script']}.py", "env_id": ckpt["env_id"], "seed": ckpt["args"]["seed"],
-                     "global_step": ckpt["global_step"], "symmetry_error": f"{error:.3g}", "checkpoint": path,
+                     "global_step": ckpt["global_step"], "symmetry_error": f"{error:.3g}",
+                     "state_asymmetry": f"{state_asymmetry(states, mirror_obs):.3g}", "checkpoint": path,
                      "date": datetime.date.today().isoformat()})
         print(rows[-1], flush=True)
     append_rows(args.output, rows)

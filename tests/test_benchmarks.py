@@ -25,3 +25,18 @@ def test_run_then_report(tmp_path):
                          capture_output=True, text=True, timeout=300).stdout
     assert "| InvertedPendulum-v5 | `ppo_continuous.py` | `--num-envs 4 --eval-episodes 2` | 2,048 | 2 |" in out
     assert (plots / "InvertedPendulum-v5.png").stat().st_size > 1000
+
+
+def test_state_asymmetry_is_zero_on_the_mirror_invariant_subspace():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import torch
+    from symmetry import state_asymmetry
+
+    import ppo_symaug
+    mirror_obs, _ = ppo_symaug.make_mirror_fns("Walker2d-v5")
+    states = torch.randn(4000, 17, generator=torch.Generator().manual_seed(0))
+    # independent legs: the 12 leg dims of 17 differ from their mirror images
+    assert state_asymmetry(states, mirror_obs) == pytest.approx(12 / 17, abs=0.03)
+    legs_as_one = states.clone()
+    legs_as_one[:, 5:8], legs_as_one[:, 14:17] = states[:, 2:5], states[:, 11:14]  # left leg = right leg
+    assert state_asymmetry(legs_as_one, mirror_obs) == 0.0
