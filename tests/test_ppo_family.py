@@ -239,8 +239,10 @@ def test_gaussian_kl_matches_torch(ppo):
     torch.testing.assert_close(ppo.gaussian_kl(m0, s0, m1, s1), expected)
 
 
-def test_policy_log_prob_entropy_and_sampling_match_torch_normal(ppo):
-    agent = ppo.Agent(5, 3, ppo.Args())
+@pytest.mark.parametrize("name", SCRIPTS + ["appo_vtrace"])  # appo_vtrace.py has the same Agent
+def test_policy_log_prob_entropy_and_sampling_match_torch_normal(name):
+    script = importlib.import_module(name)
+    agent = script.Agent(5, 3, script.Args())
     with torch.no_grad():
         agent.actor_logstd.copy_(torch.tensor([-1.0, 0.0, 0.5]))
     obs, actions = torch.randn(7, 5), torch.randn(7, 3)
