@@ -40,3 +40,20 @@ def test_state_asymmetry_is_zero_on_the_mirror_invariant_subspace():
     legs_as_one = states.clone()
     legs_as_one[:, 5:8], legs_as_one[:, 14:17] = states[:, 2:5], states[:, 11:14]  # left leg = right leg
     assert state_asymmetry(legs_as_one, mirror_obs) == 0.0
+
+
+def test_report_puts_default_runs_beside_cleanrl_and_flagged_runs_apart():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from report import table
+
+    def row(script, flags, seed, final):
+        return {"env_id": "Hopper-v5", "script": script, "flags": flags, "total_timesteps": "1000000", "seed": seed,
+                "final_return": final, "eval_return": "", "sps": "100"}
+
+    text = table([row("ppo_spo.py", "", "1", "2000"), row("ppo_spo.py", "", "2", "3000"),
+                  row("ppo_ddp.py", "--num-envs 4 --nproc 2", "1", "2500"),
+                  row("ppo_spo.py", "--update-epochs 20", "1", "1000")])
+    defaults, experiments = text.split("**Experiments**")
+    assert "| Hopper-v5 | `ppo_spo.py` |  | 1,000,000 | 2 | 2500 ± 500 | – | 100 | 2382.86 ± 271.74 |" in defaults
+    assert "`ppo_ddp.py` | `--num-envs 4 --nproc 2`" in defaults
+    assert "| Hopper-v5 | `ppo_spo.py` | `--update-epochs 20` | 1,000,000 | 1 | 1000 | – | 100 |" in experiments
