@@ -1,7 +1,7 @@
 """Turn results.csv into the README's results table and curves.csv into learning-curve plots.
 
     pip install -r benchmarks/requirements.txt
-    python benchmarks/report.py             # print the table, write benchmarks/plots/*.png
+    python benchmarks/report.py             # print the tables, write benchmarks/plots/*.png
     python benchmarks/report.py --readme    # also replace the table in README.md
 
 The tables have one row per (script, env, flags): mean ± std over seeds of the final training return
@@ -72,32 +72,36 @@ def table(rows: list[dict]) -> str:
 
 
 def plot(curves: list[dict], folder: str):
+    """{env}.png: the runs at default settings; {env}-all.png: every run, experiments included."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_env = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))  # env -> label -> seed -> [(step, ret)]
+    by_env = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))  # env -> (script, flags) -> seed -> [(step, ret)]
     for row in curves:
-        label = row["script"] + (f" {row['flags']}" if row["flags"] else "")
-        by_env[row["env_id"]][label][row["seed"]].append((int(row["step"]), float(row["episodic_return"])))
+        by_env[row["env_id"]][row["script"], row["flags"]][row["seed"]].append((int(row["step"]), float(row["episodic_return"])))
     os.makedirs(folder, exist_ok=True)
     for env_id, lines in sorted(by_env.items()):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for label, seeds in sorted(lines.items()):
-            grid = np.linspace(0, max(s for points in seeds.values() for s, _ in points), 100)
-            interpolated = np.array([np.interp(grid, *zip(*sorted(points))) for points in seeds.values()])
-            mean = interpolated.mean(0)
-            (line,) = ax.plot(grid, mean, label=f"{label} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
-            if len(seeds) > 1:  # shaded: the range over the seeds
-                ax.fill_between(grid, interpolated.min(0), interpolated.max(0), color=line.get_color(), alpha=0.2)
-        ax.set(title=env_id, xlabel="environment steps", ylabel="episodic return (training)")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(os.path.join(folder, f"{env_id}.png"), dpi=100)
-        plt.close(fig)
-        print("wrote", os.path.join(folder, f"{env_id}.png"))
+        for suffix, keep in (("", lambda flags: flags in DEFAULT_FLAGS), ("-all", lambda flags: True)):
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for (script, flags), seeds in sorted(lines.items()):
+                if not keep(flags):
+                    continue
+                grid = np.linspace(0, max(s for points in seeds.values() for s, _ in points), 100)
+                interpolated = np.array([np.interp(grid, *zip(*sorted(points))) for points in seeds.values()])
+                label = f"{script} {flags} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})".replace("  ", " ")
+                (line,) = ax.plot(grid, interpolated.mean(0), label=label)
+                if len(seeds) > 1:  # shaded: the range over the seeds
+                    ax.fill_between(grid, interpolated.min(0), interpolated.max(0), color=line.get_color(), alpha=0.2)
+            ax.set(title=env_id + (" (all runs)" if suffix else ""), xlabel="environment steps",
+                   ylabel="episodic return (training)")
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            fig.savefig(os.path.join(folder, f"{env_id}{suffix}.png"), dpi=100)
+            plt.close(fig)
+            print("wrote", os.path.join(folder, f"{env_id}{suffix}.png"))
 
 
 def main(args: Args):
