@@ -25,6 +25,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -524,6 +525,25 @@ def publish(agent: Agent, shared_state: dict, version, new_version: int, actors)
 # ---------------------------------------------------------------------------------------------
 # Checkpoints and evaluation
 # ---------------------------------------------------------------------------------------------
+def catch_ctrl_c(ctrl_c: threading.Event):
+    """Make Ctrl-C set the event ctrl_c; train() checks it once per iteration, then saves and exits.
+
+    Stopping between iterations keeps all state consistent. Python's default KeyboardInterrupt can
+    land anywhere, also inside TensorBoard's writer, whose close() then waits forever for its thread.
+    A second Ctrl-C interrupts at once. Returns the previous handler (None off the main thread,
+    where Python cannot install one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_ctrl_c(signum, frame):
+        if ctrl_c.is_set():
+            raise KeyboardInterrupt
+        ctrl_c.set()
+        os.write(sys.stderr.fileno(), b"\nCtrl-C: stopping after this iteration (press again to stop at once)\n")
+
+    return signal.signal(signal.SIGINT, on_ctrl_c)
+
+
 def save_checkpoint(path: str, state: dict):
     """Write atomically: a crash while saving never leaves a truncated checkpoint behind."""
     tmp = f"{path}.tmp"
@@ -738,9 +758,13 @@ def train(args: Args) -> dict[str, float]:
     metrics: dict[str, float] = {}
     start_time, start_step = time.time(), global_step
     iteration = iteration_start_step = start_iteration - 1
+    ctrl_c = threading.Event()
+    previous_sigint = catch_ctrl_c(ctrl_c)
     try:
         for iteration in range(start_iteration, num_iterations + 1):
             iteration_start_step = global_step
+            if ctrl_c.is_set():  # Ctrl-C: update iteration - 1 was the last one completed
+                raise KeyboardInterrupt
             if args.anneal_lr and args.desired_kl is None:
                 lr_scale = 1.0 - (iteration - 1.0) / num_iterations
             set_learning_rate(optimizers, lr_scale)
@@ -892,6 +916,8 @@ def train(args: Args) -> dict[str, float]:
         raise SystemExit(f"{e.code}; stopped at step {global_step}, resume with --resume {checkpoint_path}") from None
     finally:
         stop_actors(actors, conns, stop)  # every way out: no actor outlives the learner
+        if previous_sigint is not None:
+            signal.signal(signal.SIGINT, previous_sigint)
 
     save_checkpoint(checkpoint_path, checkpoint_state(iteration))
     eval_returns = evaluate(agent, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device, video_path())

@@ -157,6 +157,25 @@ def test_a_killed_rank_brings_the_job_down_without_hanging(tmp_path):
     assert time.time() - killed < 30
 
 
+def test_ctrl_c_stops_every_rank_at_the_same_iteration_and_saves(tmp_path):
+    # torchrun passes SIGINT on to each rank; the ranks agree on the iteration to stop at, so none
+    # waits in an all-reduce for one that has left, and rank 0 saves.
+    proc = torchrun("ppo_ddp.py", *SMALL, "--total-timesteps", "1000000", "--log-dir", str(tmp_path))
+    deadline = time.time() + 120
+    while "iter 2/" not in proc.stdout.readline():
+        assert time.time() < deadline and proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "resume with --resume" in err
+    ckpt = ppo_ddp.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
+    global_batch = 2 * 2 * 64  # ranks x envs x steps (SMALL)
+    assert ckpt["global_step"] >= 2 * global_batch and ckpt["global_step"] == ckpt["iteration"] * global_batch
+
+
 # ---------------------------------------------------------------------------------------------
 # Learning
 # ---------------------------------------------------------------------------------------------
