@@ -4,7 +4,7 @@ Every row is what a real run printed to its TensorBoard log, never an estimate. 
 
     python benchmarks/run.py --scripts ppo_continuous.py --env-ids Hopper-v5 HalfCheetah-v5 --seeds 1 2
     python benchmarks/run.py --scripts ppo_ddp.py --nproc 2 --env-ids Hopper-v5
-    python benchmarks/run.py --scripts ppo_spo.py --flags="--actor-layers 256 256 128 128 64 64"
+    python benchmarks/run.py --scripts ppo_spo.py --flags="--actor-layers 64 64"
 
 Runs go one at a time (on a 2-core machine parallel runs would distort each other's speed).
 Learning curves (return vs env steps) are appended to curves.csv beside results.csv for report.py.
