@@ -91,3 +91,11 @@ def test_ppo_loss_uses_spo_with_eps_high_for_positive_and_eps_low_for_negative_a
 
 def test_checkpoints_are_tagged_ppo_spo():
     assert ppo_spo.SCRIPT_NAME == "ppo_spo" and ppo_spo.Args().exp_name == "ppo_spo"
+
+
+def test_default_actor_is_the_papers_deep_one_and_the_critic_stays_small():
+    args = ppo_spo.Args()
+    assert args.actor_layers == (256, 256, 128, 128, 64, 64) and args.critic_layers == (64, 64)
+    agent = ppo_spo.Agent(11, 3, args)
+    linears = [m for m in agent.actor_mean if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 7 and linears[-1].out_features == 3  # 6 hidden layers + the mean head
