@@ -57,9 +57,7 @@ def table(rows: list[dict]) -> str:
     defaults = ["**Default settings**", "",
                 "| env | script | flags | steps | seeds | final return | eval return | SPS | CleanRL (v4) |",
                 "|---|---|---|---|---|---|---|---|---|"]
-    experiments = ["**Experiments** (flags changed: tuning and stress tests)", "",
-                   "| env | script | flags | steps | seeds | final return | eval return | SPS |",
-                   "|---|---|---|---|---|---|---|---|"]
+    experiments = []
     for (env_id, script, flags, steps), runs in sorted(groups.items()):
         number = lambda key: [float(r[key]) if r[key] != "" else float("nan") for r in runs]  # noqa: E731
         line = (f"| {env_id} | `{script}` | {f'`{flags}`' if flags else ''} | {int(steps):,} | {len(runs)} | "
@@ -68,7 +66,11 @@ def table(rows: list[dict]) -> str:
             defaults.append(line + f" {CLEANRL.get(env_id.split('-v')[0], '–')} |")
         else:
             experiments.append(line)
-    return "\n".join(defaults + ([""] + experiments if len(experiments) > 4 else []))
+    if experiments:
+        defaults += ["", "**Experiments** (flags changed: tuning and stress tests)", "",
+                     "| env | script | flags | steps | seeds | final return | eval return | SPS |",
+                     "|---|---|---|---|---|---|---|---|", *experiments]
+    return "\n".join(defaults)
 
 
 def plot(curves: list[dict], folder: str):
@@ -90,7 +92,7 @@ def plot(curves: list[dict], folder: str):
                     continue
                 grid = np.linspace(0, max(s for points in seeds.values() for s, _ in points), 100)
                 interpolated = np.array([np.interp(grid, *zip(*sorted(points))) for points in seeds.values()])
-                label = f"{script} {flags} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})".replace("  ", " ")
+                label = f"{script}{' ' + flags if flags else ''} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
                 (line,) = ax.plot(grid, interpolated.mean(0), label=label)
                 if len(seeds) > 1:  # shaded: the range over the seeds
                     ax.fill_between(grid, interpolated.min(0), interpolated.max(0), color=line.get_color(), alpha=0.2)

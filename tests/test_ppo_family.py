@@ -310,7 +310,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits(ppo, tmp_path):
 @pytest.mark.parametrize("name", SCRIPTS + ["appo_vtrace"])
 def test_first_ctrl_c_sets_a_flag_and_a_second_interrupts_at_once(name):
     # The first Ctrl-C must not raise: a KeyboardInterrupt that lands inside TensorBoard's writer left
-    # its close() waiting forever (seen in about 1 of 15 runs of the Ctrl-C test above).
+    # its close() waiting forever (in 2 of 32 runs of the Ctrl-C test above).
     script = importlib.import_module(name)
     ctrl_c = threading.Event()
     previous = script.catch_ctrl_c(ctrl_c)
