@@ -20,8 +20,10 @@ Help:  python appo_vtrace.py --help
 
 import copy
 import dataclasses
+import gc
 import math
 import os
+import pickle
 import random
 import signal
 import sys
@@ -75,7 +77,9 @@ class Args:
     learning_rate: float = 3e-4
     """learning rate of the actor (Adam), and of the critic unless --critic-learning-rate is given"""
     critic_learning_rate: Optional[float] = None
-    """learning rate of the critic (default: --learning-rate)"""
+    """learning rate of the critic; None: the same as --learning-rate"""
+    weight_decay: float = 0.0
+    """weight decay (L2) of every parameter group of the Adam optimizer"""
     anneal_lr: bool = True
     """decay the learning rates linearly to 0 over training"""
     desired_kl: Optional[float] = None
@@ -174,6 +178,29 @@ def make_envs(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
         fail(f"{env_id} has a {type(envs.single_action_space).__name__} action space; this script needs Box (continuous) actions")
     envs.action_space.seed(seed)
     return envs
+
+
+def mujoco_warning(message: str):
+    """MuJoCo's warnings on stderr, less the one gymnasium's HalfCheetah XML gives for every env."""
+    if "settotalmass" not in message:
+        print(f"MuJoCo warning: {message}", file=sys.stderr)
+
+
+def import_mujoco() -> Optional[str]:
+    """Import MuJoCo, which loads the MUJOCO_GL renderer at import. If that fails (e.g. MUJOCO_GL=
+    osmesa without libosmesa6), import it without rendering, so that training still runs, and
+    return why (for the --capture-video warning)."""
+    error = None
+    try:
+        import mujoco
+    except ModuleNotFoundError:  # no MuJoCo: other gymnasium envs still work
+        return None
+    except Exception as e:  # noqa: BLE001 - whatever the GL library raised
+        error = f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(e).__name__}: {e}".splitlines()[0]
+        os.environ["MUJOCO_GL"] = "disable"
+        import mujoco
+    mujoco.set_mju_user_warning(mujoco_warning)
+    return error
 
 
 def scale_action(action: np.ndarray, space: gym.spaces.Box) -> np.ndarray:
@@ -298,6 +325,19 @@ def vtrace_advantages(behavior_log_probs, target_log_probs, rewards, values, boo
     return vs, rho * (rewards + discounts * next_vs - values)
 
 
+def add_truncation_bootstrap(agent: Agent, rewards, final_obs, terminated, truncated, gamma: float):
+    """Add gamma * V(final_obs) to the reward of each step cut off by a time limit (in place).
+
+    Time-limit truncation is not a terminal state: the episode would have gone on, so the value
+    of its last observation is folded into the reward, and V-trace can end the trace there (the
+    next obs already belongs to a new episode; Pardo et al. 2018, "Time Limits in RL").
+    Only where truncated and not terminated: gymnasium's TimeLimit also sets truncated=True on a
+    step that terminated exactly at the limit, and a terminal state has no value to add."""
+    cut = truncated & ~terminated
+    if cut.any():
+        rewards[cut] += gamma * agent.get_value(final_obs[cut])
+
+
 def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
     """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
     return (
@@ -348,7 +388,11 @@ def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
     critic_lr = args.learning_rate if args.critic_learning_rate is None else args.critic_learning_rate
     groups = [("actor", [*agent.actor_mean.parameters(), agent.actor_logstd], args.learning_rate),
               ("critic", list(agent.critic.parameters()), critic_lr)]
-    return [torch.optim.Adam([{"params": p, "lr": lr, "initial_lr": lr, "name": n} for n, p, lr in groups], eps=1e-5, fused=True)]
+    param_groups = []
+    for name, params, lr in groups:
+        param_groups.append({"params": params, "lr": lr, "initial_lr": lr, "name": name,
+                             "weight_decay": args.weight_decay})
+    return [torch.optim.Adam(param_groups, eps=1e-5, fused=True)]
 
 
 def set_learning_rate(optimizers, scale: float):
@@ -378,6 +422,7 @@ def actor_process(actor_id: int, args: Args, obs_dim: int, act_dim: int, shared_
     the behaviour log-probs and means, and the version it acted with.
     """
     torch.set_num_threads(1)  # one core per process: more threads only fight over the same cores
+    import_mujoco()  # the settotalmass filter, in this process too
     seed = args.seed + actor_id * args.num_envs
     torch.manual_seed(seed + start_step)
     envs = make_envs(args.env_id, args.num_envs, seed)
@@ -544,6 +589,20 @@ def catch_ctrl_c(ctrl_c: threading.Event):
     return signal.signal(signal.SIGINT, on_ctrl_c)
 
 
+def rng_states() -> dict:
+    """The random generators' states as tensors and plain Python values (no pickled objects)."""
+    np_state = np.random.get_state()
+    numpy_state = [np_state[0], np_state[1].tolist(), np_state[2], np_state[3], np_state[4]]
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
+
+
+def set_rng_states(states: dict):
+    random.setstate(states["python"])
+    name, key, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+
+
 def save_checkpoint(path: str, state: dict):
     """Write atomically: a crash while saving never leaves a truncated checkpoint behind."""
     tmp = f"{path}.tmp"
@@ -552,12 +611,16 @@ def save_checkpoint(path: str, state: dict):
 
 
 def load_checkpoint(path: str) -> dict:
+    """A checkpoint is data: weights_only=True unpickles only tensors and plain Python values, so a
+    crafted file cannot run code (a full unpickler runs whatever the file asks for)."""
     if not os.path.isfile(path):
         fail(f"checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        fail(f"refusing {path}: it holds objects other than tensors and plain values")
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-        fail(f"cannot read checkpoint {path}: {e}")
+        fail(f"cannot read checkpoint {path}: {e}".splitlines()[0])
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT_NAME:
         fail(f"{path} was not written by {SCRIPT_NAME}.py (script: {ckpt.get('script') if isinstance(ckpt, dict) else '?'})")
     return ckpt
@@ -579,16 +642,28 @@ def render_kwargs(env_id: str, video: bool) -> dict:
 
 def rendering_error(env_id: str) -> Optional[str]:
     """Render one frame offscreen; return why that failed, or None if it works."""
+    error = None
+    # A renderer that fails half-built fails again in its __del__, which Python would print.
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = ignore_unraisable
     try:
         import imageio_ffmpeg  # noqa: F401 - the MP4 writer, checked now rather than after training
 
         env = gym.make(env_id, **render_kwargs(env_id, True))
         env.reset(seed=0)
-        frame = env.render()
+        if env.render() is None:
+            error = "the env rendered no frame"
         env.close()
-        return None if frame is not None else "the env rendered no frame"
     except Exception as e:  # noqa: BLE001 - any failure means: no video, say why, keep training
-        return f"{type(e).__name__}: {e}".splitlines()[0]
+        error = f"{type(e).__name__}: {e}".splitlines()[0]
+    env = None
+    gc.collect()
+    sys.unraisablehook = previous_hook
+    return error
+
+
+def ignore_unraisable(unraisable):
+    pass
 
 
 @torch.no_grad()
@@ -622,7 +697,7 @@ def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, device: torch.
 
 def evaluate_checkpoint(args: Args) -> dict[str, float]:
     ckpt = load_checkpoint(args.eval_checkpoint)
-    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], resume_args(Args(), ckpt["args"]))
+    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
     agent.load_state_dict(ckpt["agent"])
     returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, args.seed + EVAL_SEED_OFFSET, torch.device("cpu"))
     print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± {np.std(returns):.1f} over {len(returns)} episodes")
@@ -654,33 +729,47 @@ def check_args(args: Args):
     if args.clip_rho <= 0 or args.clip_c <= 0:
         fail("--clip-rho and --clip-c must be positive")
     if args.cuda and not torch.cuda.is_available():
-        fail("--cuda was given but torch sees no CUDA device")
+        fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
 
 
-def resume_args(cli: Args, saved: dict) -> Args:
-    """Flags given on the command line (those that differ from the defaults) override the saved run's."""
-    default, merged = Args(), {}
-    for field in dataclasses.fields(Args):
-        value = getattr(cli, field.name)
-        merged[field.name] = value if value != getattr(default, field.name) else saved.get(field.name, value)
-    merged["actor_layers"], merged["critic_layers"] = tuple(merged["actor_layers"]), tuple(merged["critic_layers"])
-    return Args(**merged)
+def saved_args(ckpt: dict) -> Args:
+    """The settings a checkpoint was trained with (fields this version lacks are dropped)."""
+    names = [field.name for field in dataclasses.fields(Args)]
+    return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
+
+
+def parse_args(argv: Optional[list[str]] = None) -> Args:
+    """The command line. With --resume it is parsed a second time with the saved run's settings as
+    the defaults, so every flag the user typed wins (even one set back to its default)."""
+    args = tyro.cli(Args, args=argv)
+    if args.resume is None:
+        return args
+    return tyro.cli(Args, args=argv, default=saved_args(load_checkpoint(args.resume)))
 
 
 def train(args: Args) -> dict[str, float]:
+    """Train with exactly these settings; with args.resume, continue that checkpoint's run (use
+    parse_args to start from the saved settings)."""
+    if args.capture_video and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen (read at import)
+    gl_error = import_mujoco()
     if args.eval_checkpoint is not None:
         return evaluate_checkpoint(args)
     ckpt = None
     if args.resume is not None:
         ckpt = load_checkpoint(args.resume)
-        args = resume_args(args, ckpt["args"])
     check_args(args)
-    if args.capture_video and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen (read when mujoco is imported)
     rollout_size = args.num_envs * args.num_steps
     batch_size = args.num_rollouts * rollout_size
     minibatch_size = batch_size // args.num_minibatches
-    num_iterations = max(1, args.total_timesteps // batch_size)
+    global_step = 0 if ckpt is None else ckpt["global_step"]
+    # Whole batches only, never past --total-timesteps. Iterations count batches of the current
+    # size, so a resume with another batch size goes on from the saved step.
+    start_iteration = global_step // batch_size + 1
+    num_iterations = start_iteration - 1 + (args.total_timesteps - global_step) // batch_size
+    if num_iterations < start_iteration:
+        fail(f"no whole batch of {batch_size} steps (rollouts x envs x steps) fits between step "
+             f"{global_step} and --total-timesteps {args.total_timesteps}")
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -696,8 +785,8 @@ def train(args: Args) -> dict[str, float]:
     target_agent = copy.deepcopy(agent)
     optimizers = make_optimizers(agent, args)
     reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
-    discounted_return = np.zeros((args.num_actors, args.num_envs))  # per actor: its rollouts arrive in order
-    global_step, start_iteration = 0, 1
+    # Per actor (its rollouts arrive in order); the envs start fresh episodes on resume.
+    discounted_return = np.zeros((args.num_actors, args.num_envs))
     if ckpt is not None:
         check_spaces(ckpt, args.env_id, obs_dim, act_dim)
         agent.load_state_dict(ckpt["agent"])
@@ -705,13 +794,12 @@ def train(args: Args) -> dict[str, float]:
         for opt, state in zip(optimizers, ckpt["optimizers"]):
             opt.load_state_dict(state)
         reward_rms.load_state_dict(ckpt["reward_rms"])
-        if ckpt["discounted_return"].shape == discounted_return.shape:
-            discounted_return = ckpt["discounted_return"]
-        global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
-        random.setstate(ckpt["rng"]["python"])
-        np.random.set_state(ckpt["rng"]["numpy"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
+        set_rng_states(ckpt["rng"])
         run_dir = os.path.dirname(os.path.abspath(args.resume))
+        changed = [f"{k}={v}" for k, v in dataclasses.asdict(args).items()
+                   if k != "resume" and ckpt["args"].get(k) != v]
+        changed_text = ", ".join(changed) or "none"
+        print(f"resuming {args.resume} at step {global_step}; changed: {changed_text}")
     else:
         run_dir = os.path.join(args.log_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
     os.makedirs(run_dir, exist_ok=True)
@@ -726,12 +814,13 @@ def train(args: Args) -> dict[str, float]:
         return {"script": SCRIPT_NAME, "env_id": args.env_id, "obs_dim": obs_dim, "act_dim": act_dim,
                 "args": dataclasses.asdict(args), "agent": agent.state_dict(), "target_agent": target_agent.state_dict(),
                 "optimizers": [opt.state_dict() for opt in optimizers], "reward_rms": reward_rms.state_dict(),
-                "discounted_return": discounted_return, "global_step": global_step, "iteration": iteration,
-                "lr_scale": lr_scale, "best_eval": best_eval,
-                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
+                "global_step": global_step, "iteration": iteration, "lr_scale": lr_scale,
+                "best_eval": best_eval, "rng": rng_states()}
 
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    video_error = rendering_error(args.env_id) if args.capture_video else None
+    video_error = None
+    if args.capture_video:
+        video_error = gl_error or rendering_error(args.env_id)
     if video_error:
         print(f"warning: --capture-video: cannot render {args.env_id} offscreen ({video_error}); without a screen set "
               "MUJOCO_GL=egl (Debian: apt-get install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa (libosmesa6). "
@@ -750,21 +839,33 @@ def train(args: Args) -> dict[str, float]:
     # A lock-free flag, not an Event: an actor killed inside Event.is_set() would hold its lock forever.
     stop = ctx.RawValue("b", 0)
     actors, conns = start_actors(ctx, args, obs_dim, act_dim, shared_state, version, stop, global_step)
-    print(f"{args.env_id}: {num_iterations} updates of {batch_size} steps ({args.num_rollouts} rollouts of "
-          f"{args.num_envs} envs x {args.num_steps}), minibatch {minibatch_size}; actor pids "
+    print(f"{args.env_id}: updates {start_iteration}-{num_iterations} of {batch_size} steps "
+          f"({args.num_rollouts} rollouts of {args.num_envs} envs x {args.num_steps}), "
+          f"minibatch {minibatch_size}; actor pids "
           f"{' '.join(str(p.pid) for p in actors)}; logging to {run_dir}", flush=True)
 
     episode_returns, episode_lengths = [], []
     metrics: dict[str, float] = {}
     start_time, start_step = time.time(), global_step
-    iteration = iteration_start_step = start_iteration - 1
+    end_step = global_step + (num_iterations - start_iteration + 1) * batch_size
+    if end_step != args.total_timesteps:
+        print(f"note: training to step {end_step}: --total-timesteps {args.total_timesteps} is not "
+              f"reached in whole batches of {batch_size}")
+    saved_step = None if ckpt is None else global_step  # the step checkpoint.pt holds
+    iteration = start_iteration - 1
     ctrl_c = threading.Event()
     previous_sigint = catch_ctrl_c(ctrl_c)
     try:
         for iteration in range(start_iteration, num_iterations + 1):
-            iteration_start_step = global_step
-            if ctrl_c.is_set():  # Ctrl-C: update iteration - 1 was the last one completed
-                raise KeyboardInterrupt
+            # An actor's death is noticed while the state is that of a whole update: before this
+            # update's rollouts arrive (done: iteration - 1), or while publishing its result.
+            done_iteration, done_step = iteration - 1, global_step
+            if ctrl_c.is_set():  # Ctrl-C: stop between iterations, where all state is consistent
+                save_checkpoint(checkpoint_path, checkpoint_state(iteration - 1))
+                writer.close()
+                print(f"\ninterrupted at step {global_step}; "
+                      f"resume with --resume {checkpoint_path}", file=sys.stderr)
+                raise SystemExit(130)
             if args.anneal_lr and args.desired_kl is None:
                 lr_scale = 1.0 - (iteration - 1.0) / num_iterations
             set_learning_rate(optimizers, lr_scale)
@@ -810,10 +911,8 @@ def train(args: Args) -> dict[str, float]:
             with torch.no_grad():
                 _, _, _, values, start_means, start_std = agent.get_action_and_value(obs, actions)
                 bootstrap_values = agent.get_value(cat("next_obs", axis=0))
-                # Time-limit truncation is not a terminal state: fold gamma * V(final_obs) into the
-                # reward of that step and end the trace there (the next obs belongs to a new episode).
-                if truncated.any():
-                    rewards[truncated] += args.gamma * agent.get_value(final_obs[truncated])
+                add_truncation_bootstrap(agent, rewards, final_obs, terminated, truncated,
+                                         args.gamma)
                 dones = (terminated | truncated).float()
                 target_logprobs = target_agent.get_action_and_value(obs, actions)[1]
                 vs, advantages = vtrace_advantages(behaviour_logprobs, target_logprobs, rewards, values, bootstrap_values,
@@ -865,6 +964,7 @@ def train(args: Args) -> dict[str, float]:
                     soft_update(target_agent, agent, args.tau)
                 else:
                     target_agent.obs_rms.load_state_dict(agent.obs_rms.state_dict())
+            done_iteration, done_step = iteration, global_step
             publish(agent, shared_state, version, iteration, actors)
 
             sps = int((global_step - start_step) / (time.time() - start_time))
@@ -885,12 +985,14 @@ def train(args: Args) -> dict[str, float]:
             }
             for key, value in metrics.items():
                 writer.add_scalar(key, value, global_step)
+            shown_return = "-"  # until the first episode ends
             if episode_returns:
                 metrics["charts/episodic_return"] = float(np.mean(episode_returns[-10:]))
                 metrics["charts/episodic_length"] = float(np.mean(episode_lengths[-10:]))
-            eta = (args.total_timesteps - global_step) / max(sps, 1)
-            print(f"iter {iteration}/{num_iterations} | step {global_step} | return "
-                  f"{metrics.get('charts/episodic_return', float('nan')):.1f} | SPS {sps} | lag "
+                shown_return = f"{metrics['charts/episodic_return']:.1f}"
+            eta = (end_step - global_step) / max(sps, 1)
+            print(f"iter {iteration}/{num_iterations} | step {global_step} | "
+                  f"return {shown_return} | SPS {sps} | lag "
                   f"{metrics['charts/policy_lag_mean']:.1f} | learner wait {learner_wait:.2f}s | "
                   f"ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)
 
@@ -903,15 +1005,17 @@ def train(args: Args) -> dict[str, float]:
                     save_checkpoint(os.path.join(run_dir, "best.pt"), checkpoint_state(iteration))
             if args.checkpoint_every and iteration % args.checkpoint_every == 0:
                 save_checkpoint(checkpoint_path, checkpoint_state(iteration))
-    except KeyboardInterrupt:
-        global_step = iteration_start_step  # the interrupted update is redone on resume
-        save_checkpoint(checkpoint_path, checkpoint_state(iteration - 1))
-        writer.close()
-        print(f"\ninterrupted at step {global_step}; resume with --resume {checkpoint_path}", file=sys.stderr)
+                saved_step = global_step
+    except KeyboardInterrupt:  # a second Ctrl-C: the state may be half-updated, so none is saved
+        last = "none yet" if saved_step is None else f"{checkpoint_path} (step {saved_step})"
+        print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
         raise SystemExit(130)
-    except SystemExit as e:  # an actor died: keep what was learned, then report it
-        global_step = iteration_start_step
-        save_checkpoint(checkpoint_path, checkpoint_state(iteration - 1))
+    except SystemExit as e:
+        if e.code == 130:  # Ctrl-C, saved above
+            raise
+        # An actor died: keep what was learned, then report it.
+        global_step = done_step
+        save_checkpoint(checkpoint_path, checkpoint_state(done_iteration))
         writer.close()
         raise SystemExit(f"{e.code}; stopped at step {global_step}, resume with --resume {checkpoint_path}") from None
     finally:
@@ -920,7 +1024,14 @@ def train(args: Args) -> dict[str, float]:
             signal.signal(signal.SIGINT, previous_sigint)
 
     save_checkpoint(checkpoint_path, checkpoint_state(iteration))
-    eval_returns = evaluate(agent, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device, video_path())
+    try:  # the actors are stopped: a second Ctrl-C now only skips the evaluation
+        eval_seed = args.seed + EVAL_SEED_OFFSET
+        eval_returns = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device,
+                                video_path())
+    except KeyboardInterrupt:
+        print(f"\nstopped before the final evaluation; checkpoint: {checkpoint_path}",
+              file=sys.stderr)
+        raise SystemExit(130) from None
     metrics["eval/episodic_return"] = float(np.mean(eval_returns))
     metrics["global_step"] = global_step
     writer.add_scalar("eval/episodic_return", metrics["eval/episodic_return"], global_step)
@@ -931,4 +1042,4 @@ def train(args: Args) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    train(parse_args())

@@ -25,8 +25,10 @@ Help:  python ppo_spo.py --help
 """
 
 import dataclasses
+import gc
 import math
 import os
+import pickle
 import random
 import signal
 import sys
@@ -56,7 +58,8 @@ class Args:
     torch_deterministic: bool = True
     """use deterministic torch algorithms, so the same seed gives the same run"""
     cuda: bool = False
-    """train on the GPU (rollouts stay on the CPU: the networks are tiny)"""
+    """put the agent on the GPU, rollout inference included (slower than the CPU at the default
+    sizes: see the README)"""
     threads: int = 1
     """torch CPU threads; 1 is fastest for small networks, the env uses the other core"""
     log_dir: str = "runs"
@@ -70,7 +73,7 @@ class Args:
     learning_rate: float = 3e-4
     """learning rate of the actor (Adam), and of the critic unless --critic-learning-rate is given"""
     critic_learning_rate: Optional[float] = None
-    """learning rate of the critic (default: --learning-rate)"""
+    """learning rate of the critic; None: the same as --learning-rate"""
     num_envs: int = 8
     """number of parallel environments in the vector env"""
     num_steps: int = 256
@@ -92,9 +95,9 @@ class Args:
     clip_coef: float = 0.2
     """SPO trust-region epsilon: the penalty pulls r toward 1 + sign(A) eps (both sides unless --clip-low / --clip-high)"""
     clip_low: Optional[float] = None
-    """SPO epsilon of samples with A < 0 (optimum r = 1 - clip_low) (default: --clip-coef)"""
+    """SPO epsilon of samples with A < 0 (optimum r = 1 - clip_low); None: --clip-coef"""
     clip_high: Optional[float] = None
-    """SPO epsilon of samples with A > 0 (optimum r = 1 + clip_high) (default: --clip-coef)"""
+    """SPO epsilon of samples with A > 0 (optimum r = 1 + clip_high); None: --clip-coef"""
     clip_vloss: bool = False
     """clip the value loss around the old values (CleanRL does; it usually hurts slightly)"""
     ent_coef: float = 0.0
@@ -116,6 +119,8 @@ class Args:
     less random flailing early on; Andrychowicz et al. 2021 recommend an initial std of about 0.5)"""
     optimizer: Literal["adam", "muon"] = "adam"
     """adam, or muon: torch.optim.Muon on the 2-D hidden weights and Adam on the rest"""
+    weight_decay: float = 0.0
+    """weight decay of every parameter group of both optimizers (Adam: L2; Muon: decoupled)"""
     compile: bool = False
     """torch.compile the loss computation of the update"""
     bounds_loss_coef: float = 0.0
@@ -139,7 +144,7 @@ class Args:
     checkpoint_every: int = 50
     """write runs/<run>/checkpoint.pt every N iterations (0: only at the end and on Ctrl-C)"""
     resume: Optional[str] = None
-    """continue the run saved in this checkpoint (flags you pass override the saved ones)"""
+    """continue the run saved in this checkpoint (the flags you type override the saved ones)"""
     eval_checkpoint: Optional[str] = None
     """only evaluate the policy in this checkpoint, then exit"""
     eval_every: int = 0
@@ -181,6 +186,29 @@ def make_envs(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
         fail(f"{env_id} has a {type(envs.single_action_space).__name__} action space; this script needs Box (continuous) actions")
     envs.action_space.seed(seed)
     return envs
+
+
+def mujoco_warning(message: str):
+    """MuJoCo's warnings on stderr, less the one gymnasium's HalfCheetah XML gives for every env."""
+    if "settotalmass" not in message:
+        print(f"MuJoCo warning: {message}", file=sys.stderr)
+
+
+def import_mujoco() -> Optional[str]:
+    """Import MuJoCo, which loads the MUJOCO_GL renderer at import. If that fails (e.g. MUJOCO_GL=
+    osmesa without libosmesa6), import it without rendering, so that training still runs, and
+    return why (for the --capture-video warning)."""
+    error = None
+    try:
+        import mujoco
+    except ModuleNotFoundError:  # no MuJoCo: other gymnasium envs still work
+        return None
+    except Exception as e:  # noqa: BLE001 - whatever the GL library raised
+        error = f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(e).__name__}: {e}".splitlines()[0]
+        os.environ["MUJOCO_GL"] = "disable"
+        import mujoco
+    mujoco.set_mju_user_warning(mujoco_warning)
+    return error
 
 
 def scale_action(action: np.ndarray, space: gym.spaces.Box) -> np.ndarray:
@@ -383,15 +411,17 @@ def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
     critic_lr = args.learning_rate if args.critic_learning_rate is None else args.critic_learning_rate
     groups = [("actor", [*agent.actor_mean.parameters(), agent.actor_logstd], args.learning_rate),
               ("critic", list(agent.critic.parameters()), critic_lr)]
-    if args.optimizer == "adam":
-        return [torch.optim.Adam([{"params": p, "lr": lr, "initial_lr": lr, "name": n} for n, p, lr in groups], eps=1e-5, fused=True)]
     # Muon orthogonalizes the update of hidden weight matrices; first/last layers, biases and the
     # log-std stay with Adam (Jordan et al. 2024). "match_rms_adamw" lets it share Adam's lr.
-    hidden = {id(m.weight) for net in (agent.actor_mean, agent.critic) for m in list(net)[2:-1] if isinstance(m, nn.Linear)}
+    hidden = set()
+    if args.optimizer == "muon":
+        for net in (agent.actor_mean, agent.critic):
+            hidden |= {id(m.weight) for m in list(net)[2:-1] if isinstance(m, nn.Linear)}
     muon_groups, adam_groups = [], []
     for name, params, lr in groups:
-        muon_groups.append({"params": [p for p in params if id(p) in hidden], "lr": lr, "initial_lr": lr, "name": name})
-        adam_groups.append({"params": [p for p in params if id(p) not in hidden], "lr": lr, "initial_lr": lr, "name": name})
+        group = {"lr": lr, "initial_lr": lr, "name": name, "weight_decay": args.weight_decay}
+        muon_groups.append({**group, "params": [p for p in params if id(p) in hidden]})
+        adam_groups.append({**group, "params": [p for p in params if id(p) not in hidden]})
     muon_groups = [g for g in muon_groups if g["params"]]
     optimizers = [torch.optim.Adam(adam_groups, eps=1e-5, fused=True)]
     if muon_groups:
@@ -427,6 +457,20 @@ def catch_ctrl_c(ctrl_c: threading.Event):
     return signal.signal(signal.SIGINT, on_ctrl_c)
 
 
+def rng_states() -> dict:
+    """The random generators' states as tensors and plain Python values (no pickled objects)."""
+    np_state = np.random.get_state()
+    numpy_state = [np_state[0], np_state[1].tolist(), np_state[2], np_state[3], np_state[4]]
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
+
+
+def set_rng_states(states: dict):
+    random.setstate(states["python"])
+    name, key, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+
+
 def save_checkpoint(path: str, state: dict):
     """Write atomically: a crash while saving never leaves a truncated checkpoint behind."""
     tmp = f"{path}.tmp"
@@ -435,12 +479,16 @@ def save_checkpoint(path: str, state: dict):
 
 
 def load_checkpoint(path: str) -> dict:
+    """A checkpoint is data: weights_only=True unpickles only tensors and plain Python values, so a
+    crafted file cannot run code (a full unpickler runs whatever the file asks for)."""
     if not os.path.isfile(path):
         fail(f"checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        fail(f"refusing {path}: it holds objects other than tensors and plain values")
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-        fail(f"cannot read checkpoint {path}: {e}")
+        fail(f"cannot read checkpoint {path}: {e}".splitlines()[0])
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT_NAME:
         fail(f"{path} was not written by {SCRIPT_NAME}.py (script: {ckpt.get('script') if isinstance(ckpt, dict) else '?'})")
     return ckpt
@@ -462,16 +510,28 @@ def render_kwargs(env_id: str, video: bool) -> dict:
 
 def rendering_error(env_id: str) -> Optional[str]:
     """Render one frame offscreen; return why that failed, or None if it works."""
+    error = None
+    # A renderer that fails half-built fails again in its __del__, which Python would print.
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = ignore_unraisable
     try:
         import imageio_ffmpeg  # noqa: F401 - the MP4 writer, checked now rather than after training
 
         env = gym.make(env_id, **render_kwargs(env_id, True))
         env.reset(seed=0)
-        frame = env.render()
+        if env.render() is None:
+            error = "the env rendered no frame"
         env.close()
-        return None if frame is not None else "the env rendered no frame"
     except Exception as e:  # noqa: BLE001 - any failure means: no video, say why, keep training
-        return f"{type(e).__name__}: {e}".splitlines()[0]
+        error = f"{type(e).__name__}: {e}".splitlines()[0]
+    env = None
+    gc.collect()
+    sys.unraisablehook = previous_hook
+    return error
+
+
+def ignore_unraisable(unraisable):
+    pass
 
 
 @torch.no_grad()
@@ -505,7 +565,7 @@ def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, device: torch.
 
 def evaluate_checkpoint(args: Args) -> dict[str, float]:
     ckpt = load_checkpoint(args.eval_checkpoint)
-    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], resume_args(Args(), ckpt["args"]))
+    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
     agent.load_state_dict(ckpt["agent"])
     returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, args.seed + EVAL_SEED_OFFSET, torch.device("cpu"))
     print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± {np.std(returns):.1f} over {len(returns)} episodes")
@@ -529,32 +589,46 @@ def check_args(args: Args):
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail("--gamma and --gae-lambda must lie in [0, 1]")
     if args.cuda and not torch.cuda.is_available():
-        fail("--cuda was given but torch sees no CUDA device")
+        fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
 
 
-def resume_args(cli: Args, saved: dict) -> Args:
-    """Flags given on the command line (those that differ from the defaults) override the saved run's."""
-    default, merged = Args(), {}
-    for field in dataclasses.fields(Args):
-        value = getattr(cli, field.name)
-        merged[field.name] = value if value != getattr(default, field.name) else saved.get(field.name, value)
-    merged["actor_layers"], merged["critic_layers"] = tuple(merged["actor_layers"]), tuple(merged["critic_layers"])
-    return Args(**merged)
+def saved_args(ckpt: dict) -> Args:
+    """The settings a checkpoint was trained with (fields this version lacks are dropped)."""
+    names = [field.name for field in dataclasses.fields(Args)]
+    return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
+
+
+def parse_args(argv: Optional[list[str]] = None) -> Args:
+    """The command line. With --resume it is parsed a second time with the saved run's settings as
+    the defaults, so every flag the user typed wins (even one set back to its default)."""
+    args = tyro.cli(Args, args=argv)
+    if args.resume is None:
+        return args
+    return tyro.cli(Args, args=argv, default=saved_args(load_checkpoint(args.resume)))
 
 
 def train(args: Args) -> dict[str, float]:
+    """Train with exactly these settings; with args.resume, continue that checkpoint's run (use
+    parse_args to start from the saved settings)."""
+    if args.capture_video and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen (read at import)
+    gl_error = import_mujoco()
     if args.eval_checkpoint is not None:
         return evaluate_checkpoint(args)
     ckpt = None
     if args.resume is not None:
         ckpt = load_checkpoint(args.resume)
-        args = resume_args(args, ckpt["args"])
     check_args(args)
-    if args.capture_video and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen (read when mujoco is imported)
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
-    num_iterations = max(1, args.total_timesteps // batch_size)
+    global_step = 0 if ckpt is None else ckpt["global_step"]
+    # Whole batches only, never past --total-timesteps. Iterations count batches of the current
+    # size, so a resume with another batch size goes on from the saved step.
+    start_iteration = global_step // batch_size + 1
+    num_iterations = start_iteration - 1 + (args.total_timesteps - global_step) // batch_size
+    if num_iterations < start_iteration:
+        fail(f"no whole batch of {batch_size} steps (num_envs x num_steps) fits between step "
+             f"{global_step} and --total-timesteps {args.total_timesteps}")
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -570,20 +644,20 @@ def train(args: Args) -> dict[str, float]:
     agent = Agent(obs_dim, act_dim, args).to(device)
     optimizers = make_optimizers(agent, args)
     reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
+    # Per-env discounted return; the envs start fresh episodes on resume, so it starts at zero.
     discounted_return = np.zeros(args.num_envs)
-    global_step, start_iteration = 0, 1
     if ckpt is not None:
         check_spaces(ckpt, args.env_id, obs_dim, act_dim)
         agent.load_state_dict(ckpt["agent"])
         for opt, state in zip(optimizers, ckpt["optimizers"]):
             opt.load_state_dict(state)
         reward_rms.load_state_dict(ckpt["reward_rms"])
-        discounted_return = ckpt["discounted_return"]
-        global_step, start_iteration = ckpt["global_step"], ckpt["iteration"] + 1
-        random.setstate(ckpt["rng"]["python"])
-        np.random.set_state(ckpt["rng"]["numpy"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
+        set_rng_states(ckpt["rng"])
         run_dir = os.path.dirname(os.path.abspath(args.resume))
+        changed = [f"{k}={v}" for k, v in dataclasses.asdict(args).items()
+                   if k != "resume" and ckpt["args"].get(k) != v]
+        changed_text = ", ".join(changed) or "none"
+        print(f"resuming {args.resume} at step {global_step}; changed: {changed_text}")
     else:
         run_dir = os.path.join(args.log_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
     os.makedirs(run_dir, exist_ok=True)
@@ -608,12 +682,14 @@ def train(args: Args) -> dict[str, float]:
         return {"script": SCRIPT_NAME, "env_id": args.env_id, "obs_dim": obs_dim, "act_dim": act_dim,
                 "args": dataclasses.asdict(args), "agent": agent.state_dict(),
                 "optimizers": [opt.state_dict() for opt in optimizers], "reward_rms": reward_rms.state_dict(),
-                "discounted_return": discounted_return, "global_step": global_step, "iteration": iteration,
+                "global_step": global_step, "iteration": iteration,
                 "lr_scale": lr_scale, "best_eval": best_eval,
-                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
+                "rng": rng_states()}
 
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    video_error = rendering_error(args.env_id) if args.capture_video else None
+    video_error = None
+    if args.capture_video:
+        video_error = gl_error or rendering_error(args.env_id)
     if video_error:
         print(f"warning: --capture-video: cannot render {args.env_id} offscreen ({video_error}); without a screen set "
               "MUJOCO_GL=egl (Debian: apt-get install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa (libosmesa6). "
@@ -629,16 +705,26 @@ def train(args: Args) -> dict[str, float]:
     next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
     metrics: dict[str, float] = {}
     start_time, start_step = time.time(), global_step
+    end_step = global_step + (num_iterations - start_iteration + 1) * batch_size
     iteration = start_iteration - 1
-    print(f"{args.env_id}: {num_iterations} iterations of {batch_size} steps ({args.num_envs} envs x {args.num_steps}), "
-          f"minibatch {minibatch_size}; logging to {run_dir}")
+    print(f"{args.env_id}: iterations {start_iteration}-{num_iterations} of {batch_size} steps "
+          f"({args.num_envs} envs x {args.num_steps}), minibatch {minibatch_size}; "
+          f"logging to {run_dir}")
+    if end_step != args.total_timesteps:
+        print(f"note: training to step {end_step}: --total-timesteps {args.total_timesteps} is not "
+              f"reached in whole batches of {batch_size}")
+    saved_step = None if ckpt is None else global_step  # the step checkpoint.pt holds
     ctrl_c = threading.Event()
     previous_sigint = catch_ctrl_c(ctrl_c)
     try:
         for iteration in range(start_iteration, num_iterations + 1):
-            iteration_start_step = global_step
-            if ctrl_c.is_set():  # Ctrl-C: iteration - 1 was the last one completed
-                raise KeyboardInterrupt
+            if ctrl_c.is_set():  # Ctrl-C: stop between iterations, where all state is consistent
+                save_checkpoint(checkpoint_path, checkpoint_state(iteration - 1))
+                envs.close()
+                writer.close()
+                print(f"\ninterrupted at step {global_step}; "
+                      f"resume with --resume {checkpoint_path}", file=sys.stderr)
+                raise SystemExit(130)
             if args.anneal_lr and args.desired_kl is None:
                 lr_scale = 1.0 - (iteration - 1.0) / num_iterations
             set_learning_rate(optimizers, lr_scale)
@@ -755,12 +841,14 @@ def train(args: Args) -> dict[str, float]:
             }
             for key, value in metrics.items():
                 writer.add_scalar(key, value, global_step)
+            shown_return = "-"  # until the first episode ends
             if episode_returns:
                 metrics["charts/episodic_return"] = float(np.mean(episode_returns[-10:]))
                 metrics["charts/episodic_length"] = float(np.mean(episode_lengths[-10:]))
-            eta = (args.total_timesteps - global_step) / max(sps, 1)
-            print(f"iter {iteration}/{num_iterations} | step {global_step} | return "
-                  f"{metrics.get('charts/episodic_return', float('nan')):.1f} | SPS {sps} | ETA {int(eta // 60)}m{int(eta % 60):02d}s",
+                shown_return = f"{metrics['charts/episodic_return']:.1f}"
+            eta = (end_step - global_step) / max(sps, 1)
+            print(f"iter {iteration}/{num_iterations} | step {global_step} | "
+                  f"return {shown_return} | SPS {sps} | ETA {int(eta // 60)}m{int(eta % 60):02d}s",
                   flush=True)
 
             if args.eval_every and iteration % args.eval_every == 0:
@@ -772,20 +860,21 @@ def train(args: Args) -> dict[str, float]:
                     save_checkpoint(os.path.join(run_dir, "best.pt"), checkpoint_state(iteration))
             if args.checkpoint_every and iteration % args.checkpoint_every == 0:
                 save_checkpoint(checkpoint_path, checkpoint_state(iteration))
-    except KeyboardInterrupt:
-        global_step = iteration_start_step  # the interrupted iteration is redone on resume
-        save_checkpoint(checkpoint_path, checkpoint_state(iteration - 1))
+                saved_step = global_step
+        save_checkpoint(checkpoint_path, checkpoint_state(iteration))
+        saved_step = global_step
         envs.close()
-        writer.close()
-        print(f"\ninterrupted at step {global_step}; resume with --resume {checkpoint_path}", file=sys.stderr)
+        eval_seed = args.seed + EVAL_SEED_OFFSET
+        eval_returns = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device,
+                                video_path())
+    except KeyboardInterrupt:  # a second Ctrl-C: the state may be half-updated, so none is saved
+        last = "none yet" if saved_step is None else f"{checkpoint_path} (step {saved_step})"
+        print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
         raise SystemExit(130)
     finally:
         if previous_sigint is not None:
             signal.signal(signal.SIGINT, previous_sigint)
 
-    save_checkpoint(checkpoint_path, checkpoint_state(iteration))
-    envs.close()
-    eval_returns = evaluate(agent, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, device, video_path())
     metrics["eval/episodic_return"] = float(np.mean(eval_returns))
     metrics["global_step"] = global_step
     writer.add_scalar("eval/episodic_return", metrics["eval/episodic_return"], global_step)
@@ -796,4 +885,4 @@ def train(args: Args) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    train(tyro.cli(Args))
+    train(parse_args())

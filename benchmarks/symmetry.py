@@ -14,6 +14,7 @@ it); the mirror maps come from ppo_symaug.make_mirror_fns. Rows are appended to 
 import datetime
 import importlib
 import os
+import pickle
 import sys
 from dataclasses import dataclass
 
@@ -66,9 +67,12 @@ def state_asymmetry(states: torch.Tensor, mirror_obs) -> float:
 def main(args: Args):
     rows = []
     for path in args.checkpoints:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        try:  # a checkpoint is data: weights_only never runs code from the file
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            raise SystemExit(f"error: refusing {path}: it holds more than tensors and plain values")
         script = importlib.import_module(ckpt["script"])
-        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.resume_args(script.Args(), ckpt["args"]))
+        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt))
         agent.load_state_dict(ckpt["agent"])
         mirror_obs, mirror_act = ppo_symaug.make_mirror_fns(ckpt["env_id"])
         states = visited_states(agent, script, ckpt["env_id"], args.steps)

@@ -148,10 +148,26 @@ def test_checkpoint_round_trip_and_resume(short_run, tmp_path):
     assert reloaded["eval/episodic_return"] == metrics["eval/episodic_return"]
     copy = tmp_path / "checkpoint.pt"
     copy.write_bytes(ckpt_path.read_bytes())
-    resumed = appo.train(appo.Args(resume=str(copy), total_timesteps=3072, eval_episodes=2))
+    resumed = appo.train(appo.parse_args(["--resume", str(copy), "--total-timesteps", "3072",
+                                          "--eval-episodes", "2"]))
     assert resumed["global_step"] == 3072
     ckpt = appo.load_checkpoint(str(copy))
     assert ckpt["iteration"] == 6 and ckpt["args"]["num_envs"] == 2  # saved settings kept
+
+
+def test_resume_with_another_batch_size_stops_at_total_timesteps(tmp_path, capsys):
+    # 3 updates of 3 envs x 64 steps = 576 steps, then resume with batches of 2 x 64 = 128 steps.
+    args = short_args(tmp_path, env_id="toy_envs:AlwaysTruncates-v0", total_timesteps=576,
+                      num_actors=1, num_envs=3, num_steps=64, num_rollouts=1, num_minibatches=2,
+                      update_epochs=1, eval_episodes=1)
+    assert appo.train(args)["global_step"] == 576
+    ckpt_path = str(next(tmp_path.glob("*/checkpoint.pt")))
+    # (906 - 576) // 128 = 2 whole batches fit: 576 + 2 * 128 = 832. Continuing from the saved
+    # update 3 to update 906 // 128 = 7 would run 4 more, to 1088.
+    resumed = appo.train(appo.parse_args(["--resume", ckpt_path, "--num-envs", "2",
+                                          "--total-timesteps", "906", "--eval-episodes", "1"]))
+    assert resumed["global_step"] == 832
+    assert "ETA -" not in capsys.readouterr().out
 
 
 def test_options_train_with_finite_losses(tmp_path):
@@ -159,6 +175,37 @@ def test_options_train_with_finite_losses(tmp_path):
     metrics = appo.train(short_args(tmp_path, total_timesteps=1536, num_actors=3, desired_kl=0.01, lr_decrease_factor=2.0,
                                     clip_vloss=True, tau=0.5, target_update_freq=2, clip_rho=2.0, clip_c=0.5))
     assert all(np.isfinite(v) for v in metrics.values())
+
+
+def test_each_update_starts_at_ratio_one_to_the_target_network(tmp_path, monkeypatch):
+    """IMPACT's ratio is pi_theta / pi_target. With tau = 1 and a target update after every update
+    (the defaults) the target is a copy of the learner when an update starts, so its first
+    minibatch has log-ratio 0 however old the data are; a ratio to the behaviour policy would
+    not."""
+    ppo_loss, vtrace_advantages = appo.ppo_loss, appo.vtrace_advantages
+    logratios, behaviour_gaps = [], []
+
+    def spy_vtrace_advantages(behaviour_logprobs, target_logprobs, *rest):
+        behaviour_gaps.append((target_logprobs - behaviour_logprobs).abs().max().item())
+        return vtrace_advantages(behaviour_logprobs, target_logprobs, *rest)
+
+    def spy_ppo_loss(*batch):
+        out = ppo_loss(*batch)
+        logratios.append(out[1].abs().max().item())
+        return out
+
+    monkeypatch.setattr(appo, "vtrace_advantages", spy_vtrace_advantages)
+    monkeypatch.setattr(appo, "ppo_loss", spy_ppo_loss)
+    # 4 updates of 64 steps, 2 minibatches x 2 epochs each; one actor, so from the second update on
+    # the data are one update old. A larger learning rate makes the policies of two updates differ.
+    args = short_args(tmp_path, env_id="toy_envs:AlwaysTruncates-v0", total_timesteps=256,
+                      num_actors=1, num_envs=2, num_steps=32, num_rollouts=1, num_minibatches=2,
+                      update_epochs=2, learning_rate=3e-3, eval_episodes=1)
+    appo.train(args)
+    first_minibatches = logratios[::4]
+    assert len(logratios) == 16 and max(first_minibatches) < 1e-5
+    # Not vacuous: the behaviour policy of some update differs from its target network.
+    assert max(behaviour_gaps) > 1e-4
 
 
 
@@ -174,6 +221,32 @@ def test_truncated_episodes_bootstrap_from_final_obs(tmp_path):
     agent.load_state_dict(ckpt["agent"])
     # Bootstrapping gives 1 / (1 - 0.9) = 10; treating truncation as termination at most 4.1.
     assert agent.get_value(torch.zeros(1, 1)).item() == pytest.approx(1 / (1 - gamma), rel=0.15)
+
+
+@pytest.mark.parametrize("env_id, bootstrapped", [
+    ("toy_envs:AlwaysTruncates-v0", True),  # cut off by the limit: the episode would go on
+    ("toy_envs:TerminatesAtTimeLimit-v0", False),  # terminal at the limit: nothing comes after
+])
+def test_only_truncated_and_not_terminated_steps_are_bootstrapped(env_id, bootstrapped):
+    # Step the env for one 5-step episode, as an actor does, to get its flags at the last step.
+    envs = appo.make_envs(env_id, 2, seed=0)
+    envs.reset(seed=0)
+    for _ in range(5):
+        _, reward, terminated, truncated, info = envs.step(np.zeros((2, 1), np.float32))
+    # TimeLimit reports truncated=True at the limit even on a terminal step.
+    assert truncated.all() and terminated.all() != bootstrapped
+    final_obs = torch.as_tensor(np.stack(info["final_obs"]))[None]  # [T=1, N=2, obs]
+    envs.close()
+    # A critic that says 10 everywhere.
+    agent = appo.Agent(1, 1, appo.Args(norm_obs=False))
+    with torch.no_grad():
+        agent.critic[-1].weight.zero_()
+        agent.critic[-1].bias.fill_(10.0)
+    rewards = torch.as_tensor(reward, dtype=torch.float32)[None]
+    appo.add_truncation_bootstrap(agent, rewards, final_obs, torch.as_tensor(terminated)[None],
+                                  torch.as_tensor(truncated)[None], gamma=0.9)
+    expected = 1.0 + 0.9 * 10.0 if bootstrapped else 1.0
+    torch.testing.assert_close(rewards, torch.full((1, 2), expected))
 
 
 # ---------------------------------------------------------------------------------------------

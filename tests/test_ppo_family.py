@@ -4,6 +4,7 @@ The variants keep ppo_continuous.py's names (Args, train, compute_gae, ppo_loss,
 each test here runs once per script that exists; algorithm-specific tests live in test_<script>.py.
 """
 
+import copy
 import importlib
 import os
 import signal
@@ -15,6 +16,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from toy_envs import CountsSteps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Walker2d-v5: terminates and truncates, and has a left-right symmetry (ppo_symaug needs one).
@@ -76,6 +78,51 @@ def test_gae_truncation_bootstraps_and_termination_does_not(ppo):
 
 
 # ---------------------------------------------------------------------------------------------
+# Clipped surrogate
+# ---------------------------------------------------------------------------------------------
+def call_ppo_loss(script, agent, obs, actions, old_logprobs, advantages, args):
+    """ppo_loss of any script, with zero returns and old values. ppo_symaug's also takes mirror
+    maps: with the identity the mirrored half copies the minibatch, and means are unchanged."""
+    zeros = torch.zeros(len(obs))
+    batch = (agent, obs, actions, old_logprobs, advantages, zeros, zeros, args)
+    if hasattr(script, "make_mirror_fns"):
+        return script.ppo_loss(*batch, lambda o: o, lambda a: a)
+    return script.ppo_loss(*batch)
+
+
+# ppo_spo.py replaces the clip by SPO's penalty (tests/test_ppo_spo.py); appo_vtrace.py clips too.
+@pytest.mark.parametrize("name", [s for s in SCRIPTS if s != "ppo_spo"] + ["appo_vtrace"])
+def test_clipped_surrogate_matches_the_formula_and_stops_outside_the_range(name):
+    """-mean(min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)) for ratios on both sides of the range.
+    Its gradient is zero where A favours leaving the range (r > 1 + eps_high with A > 0,
+    r < 1 - eps_low with A < 0): max in place of min would push further out there."""
+    script = importlib.import_module(name)
+    args = script.Args(norm_obs=False, norm_adv=False)
+    low = high = args.clip_coef  # appo_vtrace.py has only the symmetric range
+    if hasattr(args, "clip_low"):
+        args.clip_low, args.clip_high = low, high = 0.2, 0.3
+    torch.manual_seed(0)
+    agent = script.Agent(3, 2, args)
+    obs, actions = torch.randn(12, 3), torch.randn(12, 2)
+    ratios = torch.tensor([0.5, 0.75, 0.9, 1.1, 1.25, 1.6]).repeat(2)
+    advantages = torch.tensor([1.5] * 6 + [-0.7] * 6)
+    with torch.no_grad():
+        logprobs = agent.get_action_and_value(obs, actions)[1]
+    # The gradient with respect to the old log-probs is -dL/dr * r: it is zero where dL/dr is.
+    old_logprobs = (logprobs - ratios.log()).requires_grad_(True)
+    _, _, ratio, _, _, terms = call_ppo_loss(script, agent, obs, actions, old_logprobs, advantages,
+                                             args)
+    torch.testing.assert_close(ratio.detach(), ratios)
+    expected = -torch.min(ratios * advantages, ratios.clamp(1 - low, 1 + high) * advantages).mean()
+    torch.testing.assert_close(terms["policy_loss"], expected)
+    (grad,) = torch.autograd.grad(terms["policy_loss"], old_logprobs)
+    leaving = ((ratios > 1 + high) & (advantages > 0)) | ((ratios < 1 - low) & (advantages < 0))
+    assert leaving[:6].any() and leaving[6:].any()  # both sides of the range
+    assert torch.all(grad[leaving] == 0)
+    torch.testing.assert_close(grad[~leaving], (advantages * ratios)[~leaving] / len(ratios))
+
+
+# ---------------------------------------------------------------------------------------------
 # Normalization
 # ---------------------------------------------------------------------------------------------
 def test_merge_moments_equals_statistics_of_concatenated_data(ppo):
@@ -131,9 +178,14 @@ def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(ppo, t
 # ---------------------------------------------------------------------------------------------
 # Truncation bootstrap, end to end
 # ---------------------------------------------------------------------------------------------
-def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch):
-    if hasattr(ppo, "make_mirror_fns"):  # this toy env is symmetric under the identity map
+def allow_toy_env(ppo, monkeypatch):
+    """ppo_symaug needs a mirror map of the env: the identity map is a symmetry of every env."""
+    if hasattr(ppo, "make_mirror_fns"):
         monkeypatch.setattr(ppo, "make_mirror_fns", lambda env_id: (lambda obs: obs, lambda act: act))
+
+
+def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch):
+    allow_toy_env(ppo, monkeypatch)
     gamma = 0.9
     args = ppo.Args(env_id="toy_envs:AlwaysTruncates-v0", total_timesteps=40_000, num_envs=4, num_steps=50, num_minibatches=2,
                 update_epochs=4, gamma=gamma, gae_lambda=0.95, norm_reward=False, norm_obs=False,
@@ -146,6 +198,96 @@ def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch)
     # Bootstrapping: 1 / (1 - 0.9) = 10. Treating truncation as termination would give at most
     # (1 - 0.9**5) / 0.1 = 4.1 (and about 2.8 averaged over the episode's states).
     assert value == pytest.approx(1 / (1 - gamma), rel=0.15)
+
+
+# ---------------------------------------------------------------------------------------------
+# What train() hands to compute_gae, and what a resume restores: a few steps of a toy env
+# ---------------------------------------------------------------------------------------------
+TOY_ENV = "toy_envs:CountsSteps-v0"  # obs = step count 0..5, reward 1, truncated after 5 steps
+
+
+def toy_args(ppo, log_dir, **overrides):
+    # One iteration of 2 envs x 10 steps: both envs are truncated at steps 4 and 9.
+    fields = dict(env_id=TOY_ENV, total_timesteps=20, num_envs=2, num_steps=10, num_minibatches=2,
+                  update_epochs=1, eval_episodes=1, log_dir=str(log_dir))
+    return ppo.Args(**{**fields, **overrides})
+
+
+def spy_on_train(ppo, monkeypatch) -> dict:
+    """Wrap the make_optimizers and compute_gae that train() calls. The dict returned gets the
+    agent and its optimizers, and for each compute_gae call (one per iteration, after the rollout
+    and before the update) its arguments, a copy of the agent and the optimizers' state."""
+    seen = {"gae_calls": []}
+    make_optimizers, compute_gae = ppo.make_optimizers, ppo.compute_gae
+
+    def spy_make_optimizers(agent, args):
+        seen["agent"], seen["optimizers"] = agent, make_optimizers(agent, args)
+        return seen["optimizers"]
+
+    def spy_compute_gae(rewards, values, next_values, terminated, dones, *rest):
+        seen["gae_calls"].append({
+            "rewards": rewards.clone(), "values": values.clone(),
+            "next_values": next_values.clone(), "dones": dones.clone(),
+            "agent": copy.deepcopy(seen["agent"]),
+            "optimizer_states": copy.deepcopy([opt.state_dict() for opt in seen["optimizers"]])})
+        return compute_gae(rewards, values, next_values, terminated, dones, *rest)
+
+    allow_toy_env(ppo, monkeypatch)
+    monkeypatch.setattr(ppo, "make_optimizers", spy_make_optimizers)
+    monkeypatch.setattr(ppo, "compute_gae", spy_compute_gae)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def toy_rollout(ppo, tmp_path_factory):
+    """What compute_gae got in one iteration on CountsSteps."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        seen = spy_on_train(ppo, monkeypatch)
+        ppo.train(toy_args(ppo, tmp_path_factory.mktemp("toy")))
+    assert len(seen["gae_calls"]) == 1
+    return seen["gae_calls"][0]
+
+
+def test_truncation_bootstraps_from_the_final_obs_not_the_reset_obs(ppo, toy_rollout):
+    """At a truncation the vector env returns the next episode's reset obs (0); next_values must
+    be V(final obs = 5). AlwaysTruncates cannot tell the two apart: its obs is always 0."""
+    with torch.no_grad():
+        v_final, v_reset = toy_rollout["agent"].get_value(torch.tensor([[5.0], [0.0]]))
+    assert abs(v_final - v_reset) > 1e-3, "the test needs V(final) != V(reset)"
+    truncated, within = [4, 9], [0, 1, 2, 3, 5, 6, 7, 8]
+    assert toy_rollout["dones"][truncated].all() and toy_rollout["dones"].sum() == 4
+    next_values = toy_rollout["next_values"]
+    torch.testing.assert_close(next_values[truncated], torch.full((2, 2), v_final.item()))
+    # Within an episode, V(s_{t+1}) is the value the rollout computed at the next step.
+    torch.testing.assert_close(next_values[within], toy_rollout["values"][[t + 1 for t in within]])
+
+
+def test_rewards_are_divided_by_the_std_of_the_discounted_return(ppo, toy_rollout):
+    """Reward 1 in every step of 5-step episodes: the discounted returns of the rollout are
+    1, 1 + g, ..., 1 + g + ... + g^4 in every episode, and each reward becomes 1 / their std."""
+    discounted = np.cumsum(ppo.Args().gamma ** np.arange(5))
+    expected = torch.full((10, 2), 1.0 / discounted.std(), dtype=torch.float64)
+    # rtol: the normalizer's prior (count 1e-4, var 1) is merged in as well.
+    torch.testing.assert_close(toy_rollout["rewards"].double(), expected, rtol=1e-4, atol=0)
+
+
+def test_resume_restores_the_optimizer_state(ppo, tmp_path, monkeypatch):
+    """Adam's moments and step counts at the start of a resumed run are those the saved run ended
+    with. (train(N) and train(N / 2) + resume differ anyway: the envs start fresh episodes.)"""
+    seen = spy_on_train(ppo, monkeypatch)
+    ppo.train(toy_args(ppo, tmp_path, total_timesteps=40))
+    saved = [opt.state_dict() for opt in seen["optimizers"]]
+    seen["gae_calls"].clear()
+    ckpt_path = str(next(tmp_path.glob("*/checkpoint.pt")))
+    ppo.train(toy_args(ppo, tmp_path, total_timesteps=60, resume=ckpt_path))
+    restored = seen["gae_calls"][0]["optimizer_states"]  # before the resumed run's first step
+    assert len(restored) == len(saved)
+    for before, after in zip(saved, restored):
+        assert before["state"], "the saved run has taken optimizer steps"
+        assert after["state"].keys() == before["state"].keys()
+        for param, state in before["state"].items():
+            for name, value in state.items():
+                assert torch.equal(after["state"][param][name], value), (param, name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,7 +343,9 @@ def test_resume_continues_the_step_count(ppo, short_run, tmp_path):
     resumed_dir.mkdir()
     copy = resumed_dir / "checkpoint.pt"
     copy.write_bytes(ckpt_path.read_bytes())
-    metrics = ppo.train(ppo.Args(resume=str(copy), total_timesteps=4096, eval_episodes=2))
+    typed = ["--resume", str(copy), "--total-timesteps", "4096", "--eval-episodes", "2"]
+    args = ppo.parse_args(typed)
+    metrics = ppo.train(args)
     assert metrics["global_step"] == 4096
     ckpt = ppo.load_checkpoint(str(copy))
     assert ckpt["iteration"] == 4 and ckpt["args"]["num_envs"] == 4  # saved settings kept
@@ -255,6 +399,25 @@ def test_policy_log_prob_entropy_and_sampling_match_torch_normal(name):
     sampled = agent.get_action_and_value(obs)[0]
     torch.manual_seed(3)
     torch.testing.assert_close(sampled, reference.sample())  # same draw from the same RNG state
+
+
+@pytest.mark.parametrize("name", SCRIPTS + ["appo_vtrace"])
+def test_evaluate_acts_with_the_mean_of_the_policy(name):
+    """Every action the evaluation sends is the actor's mean of the normalized obs, not a sample
+    (the checkpoint round trip notices sampling only through two differing RNG states)."""
+    script = importlib.import_module(name)
+    torch.manual_seed(0)
+    agent = script.Agent(1, 1, script.Args())
+    agent.obs_rms.update(torch.tensor([[1.0], [2.0], [4.0]]))  # so that normalize changes the obs
+    CountsSteps.log.clear()
+    script.evaluate(agent, TOY_ENV, 2, 0, torch.device("cpu"))
+    assert len(CountsSteps.log) == 10  # 2 episodes of 5 steps
+    obs = torch.tensor([[o] for o, _ in CountsSteps.log])
+    actions = torch.tensor(np.array([a for _, a in CountsSteps.log]))
+    with torch.no_grad():
+        means = agent.actor_mean(agent.normalize(obs))
+    assert means.abs().max() < 1  # inside the action bounds, where scale_action is the identity
+    torch.testing.assert_close(actions, means)
 
 
 # ---------------------------------------------------------------------------------------------

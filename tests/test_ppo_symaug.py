@@ -182,6 +182,43 @@ def test_ppo_loss_reports_the_original_half_and_adds_the_mirror_loss():
     assert terms["symmetry_loss"].item() > 0
     loss_with, *_ = ps.ppo_loss(agent, *batch, ps.Args(norm_obs=False, mirror_loss_coef=2.0), mirror_obs, mirror_act)
     assert (loss_with - loss).item() == pytest.approx(2.0 * terms["symmetry_loss"].item(), rel=1e-4)
+    # The mirrored half starts off-policy where the actor is not symmetric: its copied old
+    # log-probabilities are not pi_old's at the mirrored samples. Its KL and clip fraction say
+    # how far.
+    with torch.no_grad():
+        mirrored_logprobs = agent.get_action_and_value(mirror_obs(obs), mirror_act(actions))[1]
+    mirror_logratio = mirrored_logprobs - logprobs
+    expected_kl = (mirror_logratio.exp() - 1 - mirror_logratio).mean()
+    assert terms["mirror_approx_kl"].item() == pytest.approx(expected_kl.item(), rel=1e-4)
+    assert terms["mirror_approx_kl"].item() > 0.01
+    outside = (mirror_logratio.exp() - 1).abs() > args.clip_coef
+    assert terms["mirror_clipfrac"].item() == pytest.approx(outside.float().mean().item())
+
+
+def test_policy_loss_gives_the_mirrored_half_the_same_advantage():
+    """(M_o s, M_a a) has the advantage of (s, a): the policy loss is PPO's clipped surrogate over
+    both halves with the advantages copied (not negated), normalized together, written out here."""
+    mirror_obs, mirror_act = ps.make_mirror_fns("Walker2d-v5")
+    args = ps.Args(norm_obs=False)
+    torch.manual_seed(0)
+    agent = ps.Agent(17, 6, args)
+    n = 32
+    obs, actions = torch.randn(n, 17), torch.randn(n, 6)
+    both_obs = torch.cat([obs, mirror_obs(obs)])
+    both_actions = torch.cat([actions, mirror_act(actions)])
+    with torch.no_grad():
+        logprobs = agent.get_action_and_value(obs, actions)[1]
+        both_logprobs = agent.get_action_and_value(both_obs, both_actions)[1]
+    old_logprobs = logprobs + 0.3 * torch.randn(n)  # ratios on both sides of the clip range
+    advantages = torch.randn(n)
+    zeros = torch.zeros(n)  # returns and old values: the value loss plays no part here
+    terms = ps.ppo_loss(agent, obs, actions, old_logprobs, advantages, zeros, zeros, args,
+                        mirror_obs, mirror_act)[5]
+    ratio = (both_logprobs - torch.cat([old_logprobs, old_logprobs])).exp()
+    adv = torch.cat([advantages, advantages])
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    expected = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
+    torch.testing.assert_close(terms["policy_loss"], expected)
 
 
 def test_symmetry_error_is_zero_for_a_symmetric_actor_of_either_script():

@@ -1,0 +1,188 @@
+"""Checkpoints, resume and the command line, in every script (appo_vtrace.py included).
+
+ppo_ddp.py runs here as a single process (no torchrun); tests/test_ppo_ddp.py covers two ranks.
+"""
+
+import importlib
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
+
+
+def small_args(script, log_dir, **overrides):
+    """2 envs x 64 steps on Walker2d (ppo_symaug needs a mirror map), one epoch of 2 minibatches."""
+    fields = dict(env_id="Walker2d-v5", total_timesteps=256, num_envs=2, num_steps=64,
+                  num_minibatches=2, update_epochs=1, eval_episodes=1, log_dir=str(log_dir))
+    if script.__name__ == "appo_vtrace":
+        fields.update(num_actors=1, num_rollouts=1)
+    return script.Args(**{**fields, **overrides})
+
+
+@pytest.fixture(params=SCRIPTS)
+def script(request):
+    return importlib.import_module(request.param)
+
+
+def only_checkpoint(log_dir) -> str:
+    (path,) = log_dir.glob("*/checkpoint.pt")
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resume: what the user typed wins, and any --num-envs works
+# ---------------------------------------------------------------------------------------------
+def test_resume_with_other_num_envs_and_flags_set_back_to_default(script, tmp_path):
+    script.train(small_args(script, tmp_path, anneal_lr=False, desired_kl=0.01))
+    path = only_checkpoint(tmp_path)
+
+    kept = script.parse_args(["--resume", path])
+    assert kept.anneal_lr is False and kept.desired_kl == 0.01 and kept.num_envs == 2
+
+    # Back to the defaults, which a "differs from the default" rule could not tell from no flag.
+    typed = ["--resume", path, "--anneal-lr", "--desired-kl", "None", "--num-envs", "4",
+             "--total-timesteps", "768"]
+    args = script.parse_args(typed)
+    assert args.anneal_lr is True and args.desired_kl is None and args.num_envs == 4
+    assert args.num_steps == 64 and args.env_id == "Walker2d-v5"  # the rest as saved
+    # 4 envs x 64 steps = 256 per batch: steps 256 -> 768 are two iterations.
+    assert script.train(args)["global_step"] == 768
+
+
+def test_a_saved_cuda_flag_can_be_turned_off(script, tmp_path):
+    script.train(small_args(script, tmp_path))
+    path = only_checkpoint(tmp_path)
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["args"]["cuda"] = True  # as if trained on a GPU machine
+    torch.save(ckpt, path)
+    assert script.parse_args(["--resume", path]).cuda is True
+    assert script.parse_args(["--resume", path, "--no-cuda"]).cuda is False
+
+
+def test_rounding_to_whole_batches_is_said_and_never_passes_the_total(script, tmp_path, capsys):
+    metrics = script.train(small_args(script, tmp_path, total_timesteps=300))
+    assert metrics["global_step"] == 256
+    assert "note: training to step 256: --total-timesteps 300" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no whole batch of 128 steps"):
+        script.train(small_args(script, tmp_path, total_timesteps=100))
+
+
+def test_progress_line_shows_a_dash_before_the_first_episode_ends(script, tmp_path, capsys):
+    # 8 steps: no Walker2d episode ends that soon.
+    script.train(small_args(script, tmp_path, num_steps=8, total_timesteps=16))
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter 1/")]
+    assert "| return - |" in line and "nan" not in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: data only, and a second Ctrl-C leaves the last one alone
+# ---------------------------------------------------------------------------------------------
+class RunsCode:
+    """Unpickling this object would call os.mkdir(marker): what a malicious checkpoint can do."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_a_crafted_checkpoint_is_refused_without_running_its_code(script, tmp_path):
+    marker = tmp_path / "marker"
+    crafted = tmp_path / "crafted.pt"
+    torch.save({"script": script.__name__, "payload": RunsCode(str(marker))}, crafted)
+    for load in (lambda: script.train(script.Args(eval_checkpoint=str(crafted))),
+                 lambda: script.parse_args(["--resume", str(crafted)])):
+        with pytest.raises(SystemExit, match="refusing .*crafted.pt: it holds objects other"):
+            load()
+    assert not marker.exists()
+
+
+def test_second_ctrl_c_leaves_the_last_checkpoint_as_it_was(script, tmp_path, monkeypatch, capfd):
+    # Two presses in the middle of iteration 3's update: the first asks to stop after it, the
+    # second stops at once. Checkpoint.pt (written after every iteration) must still hold step 256.
+    original = script.ppo_loss
+    calls = []
+    snapshot = {}
+
+    def loss_then_two_ctrl_c(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:  # 2 minibatches per iteration: iteration 3's first
+            snapshot["bytes"] = open(only_checkpoint(tmp_path), "rb").read()
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(script, "ppo_loss", loss_then_two_ctrl_c)
+    with pytest.raises(SystemExit) as stopped:
+        script.train(small_args(script, tmp_path, total_timesteps=640, checkpoint_every=1))
+    assert stopped.value.code == 130
+    assert open(only_checkpoint(tmp_path), "rb").read() == snapshot["bytes"]
+    assert script.load_checkpoint(only_checkpoint(tmp_path))["global_step"] == 256
+    assert "stopped at once, without saving; last checkpoint:" in capfd.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizers
+# ---------------------------------------------------------------------------------------------
+def test_weight_decay_reaches_every_parameter_group(script):
+    options = {} if script.__name__ == "appo_vtrace" else {"optimizer": "muon"}
+    agent = script.Agent(5, 3, script.Args(actor_layers=(8, 8, 8), critic_layers=(8, 8, 8)))
+    for weight_decay in (0.0, 0.01):  # 0.0: torch.optim.Muon's own default would be 0.1
+        args = script.Args(weight_decay=weight_decay, **options)
+        optimizers = script.make_optimizers(agent, args)
+        assert len(optimizers) == (1 if script.__name__ == "appo_vtrace" else 2)
+        for opt in optimizers:
+            assert [g["weight_decay"] for g in opt.param_groups] == [weight_decay] * 2
+
+
+# ---------------------------------------------------------------------------------------------
+# What the user sees: help text, rendering failures, MuJoCo's warnings
+# ---------------------------------------------------------------------------------------------
+def run_script(name, *flags, **env):
+    return subprocess.run([sys.executable, f"{name}.py", *flags], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **env})
+
+
+def test_help_shows_each_default_once(script):
+    result = run_script(script.__name__, "--help", COLUMNS="200")
+    assert result.returncode == 0
+    assert not re.search(r"\(default: [^()]*\)\s*\(default:", result.stdout)
+
+
+def test_a_renderer_that_cannot_load_is_one_line_and_training_goes_on(script, tmp_path):
+    # MUJOCO_GL=bogus makes `import mujoco` raise, as osmesa without libosmesa6 does. HalfCheetah's
+    # XML also makes MuJoCo warn about settotalmass for every env made (it has no mirror map).
+    env_id = "Walker2d-v5" if script.__name__ == "ppo_symaug" else "HalfCheetah-v5"
+    flags = ["--env-id", env_id, "--total-timesteps", "128", "--num-envs", "2",
+             "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
+             "--eval-episodes", "1", "--log-dir", str(tmp_path), "--capture-video",
+             "--video-dir", str(tmp_path / "videos")]
+    if script.__name__ == "appo_vtrace":
+        flags += ["--num-actors", "1", "--num-rollouts", "1"]
+    result = run_script(script.__name__, *flags, MUJOCO_GL="bogus")
+    assert result.returncode == 0, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("warning: --capture-video") and "MUJOCO_GL=bogus" in line
+    assert "deterministic eval" in result.stdout and not (tmp_path / "videos").exists()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_half_built_renderer_does_not_print_its_del_failure(script, monkeypatch):
+    # gymnasium's OffScreenViewer fails in __del__ when its GL context never came up (EGL without
+    # a vendor library); Python would print that as "Exception ignored in ...".
+    from gymnasium.envs.mujoco import mujoco_rendering
+
+    def no_context(*_):
+        raise RuntimeError("Cannot initialize a EGL device display")
+
+    monkeypatch.setattr(mujoco_rendering.OffScreenViewer, "_get_opengl_backend", no_context)
+    error = script.rendering_error("Hopper-v5")
+    assert error == "RuntimeError: Cannot initialize a EGL device display"
