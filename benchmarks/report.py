@@ -46,7 +46,7 @@ def mean_std(values: list[float]) -> str:
 DEFAULT_FLAGS = {"", "--num-envs 4 --nproc 2"}
 # CleanRL's ppo_continuous_action.py at 1M steps, their published numbers (v4 tasks).
 CLEANRL = {"HalfCheetah": "1442.64 ± 46.03", "Walker2d": "2287.95 ± 571.78", "Hopper": "2382.86 ± 271.74",
-           "InvertedPendulum": "963.09 ± 22.20", "Humanoid": "716.11 ± 49.08"}
+           "InvertedPendulum": "963.09 ± 22.20", "Humanoid": "716.11 ± 49.08 (at 1M steps)"}
 
 
 def table(rows: list[dict]) -> str:
