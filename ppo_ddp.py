@@ -25,13 +25,16 @@ Help:  python ppo_ddp.py --help
 """
 
 import dataclasses
+import gc
 import math
 import os
+import pickle
 import random
 import signal
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal, Optional
@@ -40,6 +43,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.distributed as dist
+# Imported before any process group exists: imported later (DDP does, through torch._dynamo), its
+# default arguments would keep the group alive, and destroy_process_group() could not stop gloo's
+# threads (see __main__).
+import torch.distributed.nn  # noqa: F401
 import torch.nn as nn
 import tyro
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -76,7 +83,7 @@ class Args:
     learning_rate: float = 3e-4
     """learning rate of the actor (Adam), and of the critic unless --critic-learning-rate is given"""
     critic_learning_rate: Optional[float] = None
-    """learning rate of the critic (default: --learning-rate)"""
+    """learning rate of the critic; None: the same as --learning-rate"""
     num_envs: int = 8
     """number of parallel environments in the vector env of each rank"""
     num_steps: int = 256
@@ -98,9 +105,9 @@ class Args:
     clip_coef: float = 0.2
     """surrogate clipping epsilon (both sides unless --clip-low / --clip-high are set)"""
     clip_low: Optional[float] = None
-    """epsilon_low of an asymmetric clip range [1 - clip_low, 1 + clip_high] (default: --clip-coef)"""
+    """epsilon_low of an asymmetric clip range [1 - clip_low, 1 + clip_high]; None: --clip-coef"""
     clip_high: Optional[float] = None
-    """epsilon_high of an asymmetric clip range (default: --clip-coef)"""
+    """epsilon_high of an asymmetric clip range; None: --clip-coef"""
     clip_vloss: bool = False
     """clip the value loss around the old values (CleanRL does; it usually hurts slightly)"""
     ent_coef: float = 0.0
@@ -120,6 +127,8 @@ class Args:
     less random flailing early on; Andrychowicz et al. 2021 recommend an initial std of about 0.5)"""
     optimizer: Literal["adam", "muon"] = "adam"
     """adam, or muon: torch.optim.Muon on the 2-D hidden weights and Adam on the rest"""
+    weight_decay: float = 0.0
+    """weight decay of every parameter group of both optimizers (Adam: L2; Muon: decoupled)"""
     compile: bool = False
     """torch.compile the loss computation of the update"""
     bounds_loss_coef: float = 0.0
@@ -143,7 +152,7 @@ class Args:
     checkpoint_every: int = 50
     """write runs/<run>/checkpoint.pt every N iterations (0: only at the end and on Ctrl-C)"""
     resume: Optional[str] = None
-    """continue the run saved in this checkpoint (flags you pass override the saved ones)"""
+    """continue the run saved in this checkpoint (the flags you type override the saved ones)"""
     eval_checkpoint: Optional[str] = None
     """only evaluate the policy in this checkpoint, then exit"""
     eval_every: int = 0
@@ -189,6 +198,29 @@ def make_envs(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
         fail(f"{env_id} has a {type(envs.single_action_space).__name__} action space; this script needs Box (continuous) actions")
     envs.action_space.seed(seed)
     return envs
+
+
+def mujoco_warning(message: str):
+    """MuJoCo's warnings on stderr, less the one gymnasium's HalfCheetah XML gives for every env."""
+    if "settotalmass" not in message:
+        print(f"MuJoCo warning: {message}", file=sys.stderr)
+
+
+def import_mujoco() -> Optional[str]:
+    """Import MuJoCo, which loads the MUJOCO_GL renderer at import. If that fails (e.g. MUJOCO_GL=
+    osmesa without libosmesa6), import it without rendering, so that training still runs, and
+    return why (for the --capture-video warning)."""
+    error = None
+    try:
+        import mujoco
+    except ModuleNotFoundError:  # no MuJoCo: other gymnasium envs still work
+        return None
+    except Exception as e:  # noqa: BLE001 - whatever the GL library raised
+        error = f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(e).__name__}: {e}".splitlines()[0]
+        os.environ["MUJOCO_GL"] = "disable"
+        import mujoco
+    mujoco.set_mju_user_warning(mujoco_warning)
+    return error
 
 
 def scale_action(action: np.ndarray, space: gym.spaces.Box) -> np.ndarray:
@@ -475,15 +507,17 @@ def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
     critic_lr = args.learning_rate if args.critic_learning_rate is None else args.critic_learning_rate
     groups = [("actor", [*agent.actor_mean.parameters(), agent.actor_logstd], args.learning_rate),
               ("critic", list(agent.critic.parameters()), critic_lr)]
-    if args.optimizer == "adam":
-        return [torch.optim.Adam([{"params": p, "lr": lr, "initial_lr": lr, "name": n} for n, p, lr in groups], eps=1e-5, fused=True)]
     # Muon orthogonalizes the update of hidden weight matrices; first/last layers, biases and the
     # log-std stay with Adam (Jordan et al. 2024). "match_rms_adamw" lets it share Adam's lr.
-    hidden = {id(m.weight) for net in (agent.actor_mean, agent.critic) for m in list(net)[2:-1] if isinstance(m, nn.Linear)}
+    hidden = set()
+    if args.optimizer == "muon":
+        for net in (agent.actor_mean, agent.critic):
+            hidden |= {id(m.weight) for m in list(net)[2:-1] if isinstance(m, nn.Linear)}
     muon_groups, adam_groups = [], []
     for name, params, lr in groups:
-        muon_groups.append({"params": [p for p in params if id(p) in hidden], "lr": lr, "initial_lr": lr, "name": name})
-        adam_groups.append({"params": [p for p in params if id(p) not in hidden], "lr": lr, "initial_lr": lr, "name": name})
+        group = {"lr": lr, "initial_lr": lr, "name": name, "weight_decay": args.weight_decay}
+        muon_groups.append({**group, "params": [p for p in params if id(p) in hidden]})
+        adam_groups.append({**group, "params": [p for p in params if id(p) not in hidden]})
     muon_groups = [g for g in muon_groups if g["params"]]
     optimizers = [torch.optim.Adam(adam_groups, eps=1e-5, fused=True)]
     if muon_groups:
@@ -519,6 +553,20 @@ def catch_ctrl_c(ctrl_c: threading.Event):
     return signal.signal(signal.SIGINT, on_ctrl_c)
 
 
+def rng_states() -> dict:
+    """The random generators' states as tensors and plain Python values (no pickled objects)."""
+    np_state = np.random.get_state()
+    numpy_state = [np_state[0], np_state[1].tolist(), np_state[2], np_state[3], np_state[4]]
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
+
+
+def set_rng_states(states: dict):
+    random.setstate(states["python"])
+    name, key, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+
+
 def save_checkpoint(path: str, state: dict):
     """Write atomically: a crash while saving never leaves a truncated checkpoint behind."""
     tmp = f"{path}.tmp"
@@ -527,12 +575,16 @@ def save_checkpoint(path: str, state: dict):
 
 
 def load_checkpoint(path: str) -> dict:
+    """A checkpoint is data: weights_only=True unpickles only tensors and plain Python values, so a
+    crafted file cannot run code (a full unpickler runs whatever the file asks for)."""
     if not os.path.isfile(path):
         fail(f"checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        fail(f"refusing {path}: it holds objects other than tensors and plain values")
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-        fail(f"cannot read checkpoint {path}: {e}")
+        fail(f"cannot read checkpoint {path}: {e}".splitlines()[0])
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT_NAME:
         fail(f"{path} was not written by {SCRIPT_NAME}.py (script: {ckpt.get('script') if isinstance(ckpt, dict) else '?'})")
     return ckpt
@@ -554,16 +606,28 @@ def render_kwargs(env_id: str, video: bool) -> dict:
 
 def rendering_error(env_id: str) -> Optional[str]:
     """Render one frame offscreen; return why that failed, or None if it works."""
+    error = None
+    # A renderer that fails half-built fails again in its __del__, which Python would print.
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = ignore_unraisable
     try:
         import imageio_ffmpeg  # noqa: F401 - the MP4 writer, checked now rather than after training
 
         env = gym.make(env_id, **render_kwargs(env_id, True))
         env.reset(seed=0)
-        frame = env.render()
+        if env.render() is None:
+            error = "the env rendered no frame"
         env.close()
-        return None if frame is not None else "the env rendered no frame"
     except Exception as e:  # noqa: BLE001 - any failure means: no video, say why, keep training
-        return f"{type(e).__name__}: {e}".splitlines()[0]
+        error = f"{type(e).__name__}: {e}".splitlines()[0]
+    env = None
+    gc.collect()
+    sys.unraisablehook = previous_hook
+    return error
+
+
+def ignore_unraisable(unraisable):
+    pass
 
 
 @torch.no_grad()
@@ -597,7 +661,7 @@ def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, device: torch.
 
 def evaluate_checkpoint(args: Args) -> dict[str, float]:
     ckpt = load_checkpoint(args.eval_checkpoint)
-    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], resume_args(Args(), ckpt["args"]))
+    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
     agent.load_state_dict(ckpt["agent"])
     returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, args.seed + EVAL_SEED_OFFSET, torch.device("cpu"))
     print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± {np.std(returns):.1f} over {len(returns)} episodes")
@@ -621,36 +685,50 @@ def check_args(args: Args):
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail("--gamma and --gae-lambda must lie in [0, 1]")
     if args.cuda and not torch.cuda.is_available():
-        fail("--cuda was given but torch sees no CUDA device")
+        fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
     if args.check_sync_every < 0:
         fail(f"--check-sync-every must be >= 0, got {args.check_sync_every}")
 
 
-def resume_args(cli: Args, saved: dict) -> Args:
-    """Flags given on the command line (those that differ from the defaults) override the saved run's."""
-    default, merged = Args(), {}
-    for field in dataclasses.fields(Args):
-        value = getattr(cli, field.name)
-        merged[field.name] = value if value != getattr(default, field.name) else saved.get(field.name, value)
-    merged["actor_layers"], merged["critic_layers"] = tuple(merged["actor_layers"]), tuple(merged["critic_layers"])
-    return Args(**merged)
+def saved_args(ckpt: dict) -> Args:
+    """The settings a checkpoint was trained with (fields this version lacks are dropped)."""
+    names = [field.name for field in dataclasses.fields(Args)]
+    return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
+
+
+def parse_args(argv: Optional[list[str]] = None) -> Args:
+    """The command line. With --resume it is parsed a second time with the saved run's settings as
+    the defaults, so every flag the user typed wins (even one set back to its default)."""
+    args = tyro.cli(Args, args=argv)
+    if args.resume is None:
+        return args
+    return tyro.cli(Args, args=argv, default=saved_args(load_checkpoint(args.resume)))
 
 
 def train(args: Args) -> dict[str, float]:
+    """Train with exactly these settings; with args.resume, continue that checkpoint's run (use
+    parse_args to start from the saved settings)."""
+    if args.capture_video and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen (read at import)
+    gl_error = import_mujoco()
     if args.eval_checkpoint is not None:
         return evaluate_checkpoint(args)
     ckpt = None
     if args.resume is not None:
         ckpt = load_checkpoint(args.resume)
-        args = resume_args(args, ckpt["args"])
     check_args(args)
-    if args.capture_video and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen (read when mujoco is imported)
     rank, world_size, device = init_distributed(args)
     batch_size = args.num_envs * args.num_steps  # per rank; the optimizer steps on world_size times as much
     global_batch_size = world_size * batch_size
     minibatch_size = batch_size // args.num_minibatches
-    num_iterations = max(1, args.total_timesteps // global_batch_size)
+    global_step = 0 if ckpt is None else ckpt["global_step"]
+    # Whole batches only, never past --total-timesteps. Iterations count global batches of the
+    # current size, so a resume with another world or batch size goes on from the saved step.
+    start_iteration = global_step // global_batch_size + 1
+    num_iterations = start_iteration - 1 + (args.total_timesteps - global_step) // global_batch_size
+    if num_iterations < start_iteration:
+        fail(f"no whole batch of {global_batch_size} steps (ranks x envs x steps) fits between "
+             f"step {global_step} and --total-timesteps {args.total_timesteps}")
 
     # Each rank explores with its own envs and noise (env seeds do not overlap between ranks); the
     # initial weights are rank 0's all the same, because DDP broadcasts them when it wraps the agent.
@@ -668,36 +746,40 @@ def train(args: Args) -> dict[str, float]:
     agent = Agent(obs_dim, act_dim, args).to(device)
     optimizers = make_optimizers(agent, args)
     reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
+    # Per-env discounted return; the envs start fresh episodes on resume, so it starts at zero.
     discounted_return = np.zeros(args.num_envs)
-    global_step, start_iteration = 0, 1
     if ckpt is not None:
         check_spaces(ckpt, args.env_id, obs_dim, act_dim)
         agent.load_state_dict(ckpt["agent"])
         for opt, state in zip(optimizers, ckpt["optimizers"]):
             opt.load_state_dict(state)
         reward_rms.load_state_dict(ckpt["reward_rms"])
-        discounted_return = ckpt["discounted_return"]
-        # The world size may have changed since the checkpoint: count iterations in the new global batch.
-        global_step, start_iteration = ckpt["global_step"], ckpt["global_step"] // global_batch_size + 1
         if rank == 0:  # the checkpoint holds rank 0's generators; the other ranks keep their own seeds
-            random.setstate(ckpt["rng"]["python"])
-            np.random.set_state(ckpt["rng"]["numpy"])
-            torch.set_rng_state(ckpt["rng"]["torch"])
+            set_rng_states(ckpt["rng"])
         run_dir = os.path.dirname(os.path.abspath(args.resume))
+        changed = [f"{k}={v}" for k, v in dataclasses.asdict(args).items()
+                   if k != "resume" and ckpt["args"].get(k) != v]
+        if rank == 0:
+            changed_text = ", ".join(changed) or "none"
+            print(f"resuming {args.resume} at step {global_step}; changed: {changed_text}")
     else:
         run_dir = os.path.join(args.log_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
     # DDP wraps the agent in place: the optimizers and checkpoints keep using the same parameters through
     # the plain `agent` (checkpoint keys without "module.", so any world size can load them). Wrapping the
-    # whole agent, not actor_mean and critic apart, also covers actor_logstd. forward_sync_buffers=False:
-    # the normalizers merge their statistics in RunningMeanStd.update instead of taking rank 0's at every
-    # forward pass (DDP still broadcasts rank 0's parameters and buffers once, here).
+    # whole agent, not actor_mean and critic apart, also covers actor_logstd.
+    # broadcast_buffers=False: DDP never copies rank 0's buffers; the normalizers merge their
+    # statistics over the ranks in RunningMeanStd.update.
     # DDP averages the gradients during loss.backward(), in buckets overlapped with the backward pass. The
     # manual alternative, without DDP, would be after loss.backward():
     #     for p in agent.parameters(): dist.all_reduce(p.grad); p.grad /= world_size
     # Never both: the gradients would be averaged twice (double the traffic for nothing) and, if the
     # manual step summed without dividing, scaled by world_size.
-    ddp_agent = DDP(agent, device_ids=[device.index] if args.cuda else None,
-                    forward_sync_buffers=False) if dist.is_initialized() else agent
+    ddp_agent = agent
+    if dist.is_initialized():
+        with warnings.catch_warnings():  # torch 2.13 deprecates the keyword; torch 2.x all take it
+            warnings.filterwarnings("ignore", "`broadcast_buffers` is deprecated", FutureWarning)
+            ddp_agent = DDP(agent, device_ids=[device.index] if args.cuda else None,
+                            broadcast_buffers=False)
     writer = None
     if rank == 0:
         os.makedirs(run_dir, exist_ok=True)
@@ -722,12 +804,14 @@ def train(args: Args) -> dict[str, float]:
         return {"script": SCRIPT_NAME, "env_id": args.env_id, "obs_dim": obs_dim, "act_dim": act_dim,
                 "args": dataclasses.asdict(args), "agent": agent.state_dict(),
                 "optimizers": [opt.state_dict() for opt in optimizers], "reward_rms": reward_rms.state_dict(),
-                "discounted_return": discounted_return, "global_step": global_step, "iteration": iteration,
+                "global_step": global_step, "iteration": iteration,
                 "lr_scale": lr_scale, "best_eval": best_eval,
-                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
+                "rng": rng_states()}
 
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    video_error = rendering_error(args.env_id) if args.capture_video and rank == 0 else None
+    video_error = None
+    if args.capture_video and rank == 0:
+        video_error = gl_error or rendering_error(args.env_id)
     if video_error:
         print(f"warning: --capture-video: cannot render {args.env_id} offscreen ({video_error}); without a screen set "
               "MUJOCO_GL=egl (Debian: apt-get install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa (libosmesa6). "
@@ -743,20 +827,32 @@ def train(args: Args) -> dict[str, float]:
     next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
     metrics: dict[str, float] = {}
     start_time, start_step = time.time(), global_step
+    end_step = global_step + (num_iterations - start_iteration + 1) * global_batch_size
     iteration = start_iteration - 1
     if rank == 0:
-        print(f"{args.env_id}: {num_iterations} iterations of {global_batch_size} steps ({world_size} ranks x "
-              f"{args.num_envs} envs x {args.num_steps}; {batch_size} per rank), minibatch {minibatch_size} per rank "
+        print(f"{args.env_id}: iterations {start_iteration}-{num_iterations} of "
+              f"{global_batch_size} steps ({world_size} ranks x {args.num_envs} envs x "
+              f"{args.num_steps}; {batch_size} per rank), minibatch {minibatch_size} per rank "
               f"({world_size * minibatch_size} in all); logging to {run_dir}", flush=True)
+        if end_step != args.total_timesteps:
+            print(f"note: training to step {end_step}: --total-timesteps {args.total_timesteps} is "
+                  f"not reached in whole batches of {global_batch_size}")
+    saved_step = None if ckpt is None else global_step  # the step checkpoint.pt holds
     ctrl_c = threading.Event()
     previous_sigint = catch_ctrl_c(ctrl_c)
     try:
         for iteration in range(start_iteration, num_iterations + 1):
-            iteration_start_step = global_step
-            # Ctrl-C (torchrun passes it on to every rank): all ranks stop at the same iteration, so
-            # that none waits in a collective for one that has left. iteration - 1 was the last one completed.
+            # Ctrl-C (torchrun passes it on to every rank): all ranks stop between the same two
+            # iterations, where all state is consistent, and none waits in a collective for one
+            # that has left.
             if all_reduce_mean(torch.tensor([float(ctrl_c.is_set())])).item() > 0:
-                raise KeyboardInterrupt
+                envs.close()
+                if rank == 0:
+                    save_checkpoint(checkpoint_path, checkpoint_state(iteration - 1))
+                    writer.close()
+                    print(f"\ninterrupted at step {global_step}; "
+                          f"resume with --resume {checkpoint_path}", file=sys.stderr)
+                raise SystemExit(130)
             if args.anneal_lr and args.desired_kl is None:
                 lr_scale = 1.0 - (iteration - 1.0) / num_iterations
             set_learning_rate(optimizers, lr_scale)
@@ -799,12 +895,13 @@ def train(args: Args) -> dict[str, float]:
             terminated_buf = torch.as_tensor(terminated_np, dtype=torch.float32, device=device)
             dones_buf = torch.as_tensor(terminated_np | truncated_np, dtype=torch.float32, device=device)
 
-            for end_step, episode_return, episode_length in gather_objects(finished_episodes):  # of all ranks
+            # The episodes of all ranks:
+            for episode_end, episode_return, episode_length in gather_objects(finished_episodes):
                 episode_returns.append(episode_return)
                 episode_lengths.append(episode_length)
                 if rank == 0:
-                    writer.add_scalar("charts/episodic_return", episode_return, end_step)
-                    writer.add_scalar("charts/episodic_length", episode_length, end_step)
+                    writer.add_scalar("charts/episodic_return", episode_return, episode_end)
+                    writer.add_scalar("charts/episodic_length", episode_length, episode_end)
 
             if args.norm_reward:  # scale by the std of the discounted return, this rollout included
                 reward_rms.update(torch.as_tensor(discounted_np))
@@ -891,14 +988,16 @@ def train(args: Args) -> dict[str, float]:
             for key, value in metrics.items():
                 if rank == 0:
                     writer.add_scalar(key, value, global_step)
+            shown_return = "-"  # until the first episode ends
             if episode_returns:
                 metrics["charts/episodic_return"] = float(np.mean(episode_returns[-10:]))
                 metrics["charts/episodic_length"] = float(np.mean(episode_lengths[-10:]))
-            eta = (args.total_timesteps - global_step) / max(sps, 1)
+                shown_return = f"{metrics['charts/episodic_return']:.1f}"
+            eta = (end_step - global_step) / max(sps, 1)
             if rank == 0:
-                print(f"iter {iteration}/{num_iterations} | step {global_step} | return "
-                      f"{metrics.get('charts/episodic_return', float('nan')):.1f} | SPS {sps} | ETA {int(eta // 60)}m{int(eta % 60):02d}s",
-                      flush=True)
+                print(f"iter {iteration}/{num_iterations} | step {global_step} | "
+                      f"return {shown_return} | SPS {sps} | "
+                      f"ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)
             if args.check_sync_every and iteration % args.check_sync_every == 0:
                 check_in_sync(agent, reward_rms)
 
@@ -912,17 +1011,16 @@ def train(args: Args) -> dict[str, float]:
                     save_checkpoint(os.path.join(run_dir, "best.pt"), checkpoint_state(iteration))
             if rank == 0 and args.checkpoint_every and iteration % args.checkpoint_every == 0:
                 save_checkpoint(checkpoint_path, checkpoint_state(iteration))
-    except KeyboardInterrupt:
-        global_step = iteration_start_step  # the interrupted iteration is redone on resume
-        envs.close()
+                saved_step = global_step
+    except KeyboardInterrupt:  # a second Ctrl-C: the state may be half-updated, so none is saved
+        last = "none yet" if saved_step is None else f"{checkpoint_path} (step {saved_step})"
         if rank == 0:
-            save_checkpoint(checkpoint_path, checkpoint_state(iteration - 1))
-            writer.close()
-            print(f"\ninterrupted at step {global_step}; resume with --resume {checkpoint_path}", file=sys.stderr)
+            print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
         raise SystemExit(130)
     finally:
         if previous_sigint is not None:
             signal.signal(signal.SIGINT, previous_sigint)
+        del ddp_agent  # also when an exception leaves (its traceback keeps the frame): see __main__
 
     check_in_sync(agent, reward_rms)
     envs.close()
@@ -941,7 +1039,9 @@ def train(args: Args) -> dict[str, float]:
 
 if __name__ == "__main__":
     try:
-        train(tyro.cli(Args))
+        train(parse_args())
     finally:  # also after an error, so that the other ranks see this one leave instead of waiting for it
         if dist.is_initialized():
+            # Frees the group, which first stops gloo's worker threads: one still releasing the last
+            # collective's tensors while Python shuts down aborts the process (std::terminate).
             dist.destroy_process_group()

@@ -76,9 +76,10 @@ def two_rank_run(tmp_path_factory):
 def test_two_ranks_train_in_sync(two_rank_run):
     returncode, out, err, log_dir = two_rank_run
     assert returncode == 0, err[-3000:]
-    assert "4 iterations of 256 steps (2 ranks x 2 envs x 64; 128 per rank)" in out
+    assert "iterations 1-4 of 256 steps (2 ranks x 2 envs x 64; 128 per rank)" in out
     assert out.count("parameters in sync across 2 ranks") == 4 + 1  # every iteration and at the end
     assert out.count("iter 1/4") == 1 and out.count("deterministic eval") == 1  # rank 0 alone prints
+    assert "ETA -" not in out and "Warning" not in err
     (run_dir,) = log_dir.iterdir()  # rank 0 alone writes
     assert {"checkpoint.pt", "best.pt"} <= {p.name for p in run_dir.iterdir()}
     ckpt = ppo_ddp.load_checkpoint(str(run_dir / "checkpoint.pt"))
@@ -94,13 +95,29 @@ def test_two_rank_checkpoint_evaluates_the_same_in_one_process(two_rank_run):
     assert metrics["eval/episodic_return"] == pytest.approx(printed, abs=0.051)  # same policy, same eval seeds
 
 
+def test_two_ranks_resume_with_other_settings(two_rank_run, tmp_path):
+    returncode, _, _, log_dir = two_rank_run
+    assert returncode == 0
+    copy = tmp_path / "checkpoint.pt"
+    shutil.copy(next(log_dir.glob("*/checkpoint.pt")), copy)
+    # 2 ranks x 1 env x 64 steps = 128 per iteration: steps 1024 -> 1280 are iterations 9 and 10.
+    proc = torchrun("ppo_ddp.py", "--resume", str(copy), "--num-envs", "1", "--total-timesteps",
+                    "1280", "--check-sync-every", "1")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    assert out.count("resuming") == 1 and "num_envs=1" in out  # rank 0 alone prints
+    assert "iterations 9-10 of 128 steps" in out and "ETA -" not in out
+    assert ppo_ddp.load_checkpoint(str(copy))["global_step"] == 1280
+
+
 def test_two_rank_checkpoint_resumes_in_one_process(two_rank_run, tmp_path):
     returncode, _, _, log_dir = two_rank_run
     assert returncode == 0
     copy = tmp_path / "checkpoint.pt"
     shutil.copy(next(log_dir.glob("*/checkpoint.pt")), copy)
     # The global batch shrinks from 256 to 128: steps 1024 -> 1280 are two iterations (9 and 10).
-    metrics = ppo_ddp.train(ppo_ddp.Args(resume=str(copy), total_timesteps=1280, eval_episodes=2))
+    metrics = ppo_ddp.train(ppo_ddp.parse_args(["--resume", str(copy), "--total-timesteps", "1280",
+                                                "--eval-episodes", "2"]))
     assert metrics["global_step"] == 1280 and np.isfinite(metrics["losses/policy_loss"])
     ckpt = ppo_ddp.load_checkpoint(str(copy))
     assert ckpt["iteration"] == 10 and ckpt["agent"]["obs_rms.count"].item() == pytest.approx(1e-4 + 1280)
@@ -123,6 +140,54 @@ def test_forward_pass_around_ddp_is_caught_by_the_sync_check(tmp_path):
     assert proc.returncode != 0
     assert "parameters out of sync: 1 of 2 ranks differ from rank 0" in err
     assert "parameters in sync" not in out
+
+
+LATE_COLLECTIVE = """
+import os, runpy, sys, time, torch, torch.distributed as dist
+
+def destroy_during_a_late_collective(destroy=dist.destroy_process_group):
+    # Rank 1 leaves while a gloo worker thread still runs a collective on a tensor that rank 0 joins
+    # a second later: on a loaded machine the script's last collective can end as late.
+    x, rank = torch.ones(1), dist.get_rank()
+    if rank == 1:
+        dist.all_reduce(x, async_op=True)
+    else:
+        time.sleep(1)
+        dist.all_reduce(x)
+    destroy()
+    tasks = os.listdir("/proc/self/task")
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks]
+    print(f"rank {rank}: {names.count('pt_gloo_runloop')} gloo worker threads left", flush=True)
+
+dist.destroy_process_group = destroy_during_a_late_collective
+sys.argv = sys.argv[1:]  # the script and its flags
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="counts threads through /proc")
+@pytest.mark.parametrize("ending", ["end", "ctrl_c"])
+def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(tmp_path, ending):
+    # A gloo worker thread left running when Python shuts down may still be releasing the tensors of
+    # a collective; it then dies there and aborts the rank (std::terminate, exit code -6).
+    driver = tmp_path / "late_collective.py"
+    driver.write_text(LATE_COLLECTIVE)
+    steps = "512" if ending == "end" else "1000000"
+    proc = torchrun(str(driver), "ppo_ddp.py", *SMALL, "--total-timesteps", steps,
+                    "--log-dir", str(tmp_path))
+    try:
+        if ending == "ctrl_c":  # leaves through SystemExit, whose traceback keeps train()'s frame
+            deadline = time.time() + 120
+            while "iter 2/" not in proc.stdout.readline():
+                assert time.time() < deadline and proc.poll() is None
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:  # a hang: do not leave the job behind
+            proc.kill()
+    for rank in (0, 1):
+        assert f"rank {rank}: 0 gloo worker threads left" in out, err[-3000:]
+    assert proc.returncode == 0 or ending == "ctrl_c"
 
 
 def child_with_rank(parent: int, rank: int) -> int:
