@@ -18,7 +18,6 @@ import pickle
 import sys
 from dataclasses import dataclass
 
-import gymnasium as gym
 import numpy as np
 import torch
 import tyro
