@@ -27,14 +27,22 @@ class Args:
 
 
 def main(args: Args):
-    print("| run | mean \\|r−1\\| | max \\|r−1\\| (mean / largest) | outside trust region | final return |")
+    print(
+        "| run | mean \\|r−1\\| | max \\|r−1\\| (mean / largest) | outside trust region "
+        "| final return |"
+    )
     print("|---|---|---|---|---|")
     for run in sorted(d for pattern in args.runs for d in glob.glob(pattern)):
-        values = {tag: np.array([v for _, v in scalars(run, f"losses/{tag}")])
-                  for tag in ("ratio_dev_mean", "ratio_dev_max", "ratio_outside_frac")}
+        values = {
+            tag: np.array([v for _, v in scalars(run, f"losses/{tag}")])
+            for tag in ("ratio_dev_mean", "ratio_dev_max", "ratio_outside_frac")
+        }
         returns = [v for _, v in scalars(run, "charts/episodic_return")][-10:]
-        print(f"| {os.path.basename(run)} | {values['ratio_dev_mean'].mean():.3f} | {values['ratio_dev_max'].mean():.2f} / "
-              f"{values['ratio_dev_max'].max():.2f} | {values['ratio_outside_frac'].mean():.1%} | {np.mean(returns):.0f} |")
+        print(
+            f"| {os.path.basename(run)} | {values['ratio_dev_mean'].mean():.3f} "
+            f"| {values['ratio_dev_max'].mean():.2f} / {values['ratio_dev_max'].max():.2f} "
+            f"| {values['ratio_outside_frac'].mean():.1%} | {np.mean(returns):.0f} |"
+        )
 
 
 if __name__ == "__main__":

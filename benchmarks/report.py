@@ -38,38 +38,60 @@ def mean_std(values: list[float]) -> str:
     values = [v for v in values if v == v]  # drop NaN (a run without that number)
     if not values:
         return "–"
-    return f"{np.mean(values):.0f} ± {np.std(values):.0f}" if len(values) > 1 else f"{values[0]:.0f}"
+    return (
+        f"{np.mean(values):.0f} ± {np.std(values):.0f}" if len(values) > 1 else f"{values[0]:.0f}"
+    )
 
 
 # Flags that leave a script at its default settings: ppo_ddp.py with 2 processes x 4 envs trains on
 # the same global batch as the other scripts' 8 envs.
 DEFAULT_FLAGS = {"", "--num-envs 4 --nproc 2"}
 # CleanRL's ppo_continuous_action.py at 1M steps, their published numbers (v4 tasks).
-CLEANRL = {"HalfCheetah": "1442.64 ± 46.03", "Walker2d": "2287.95 ± 571.78", "Hopper": "2382.86 ± 271.74",
-           "InvertedPendulum": "963.09 ± 22.20", "Humanoid": "716.11 ± 49.08 (at 1M steps)"}
+CLEANRL = {
+    "HalfCheetah": "1442.64 ± 46.03",
+    "Walker2d": "2287.95 ± 571.78",
+    "Hopper": "2382.86 ± 271.74",
+    "InvertedPendulum": "963.09 ± 22.20",
+    "Humanoid": "716.11 ± 49.08 (at 1M steps)",
+}
 
 
 def table(rows: list[dict]) -> str:
-    """Two tables: the scripts at their default settings beside CleanRL, then every run with changed flags."""
+    """Two tables: the scripts at their default settings beside CleanRL, then every run with changed
+    flags."""
     groups = defaultdict(list)
     for row in rows:
         groups[(row["env_id"], row["script"], row["flags"], row["total_timesteps"])].append(row)
-    defaults = ["**Default settings**", "",
-                "| env | script | flags | steps | seeds | final return | eval return | SPS | CleanRL (v4) |",
-                "|---|---|---|---|---|---|---|---|---|"]
+    defaults = [
+        "**Default settings**",
+        "",
+        "| env | script | flags | steps | seeds | final return | eval return | SPS "
+        "| CleanRL (v4) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     experiments = []
     for (env_id, script, flags, steps), runs in sorted(groups.items()):
-        number = lambda key: [float(r[key]) if r[key] != "" else float("nan") for r in runs]  # noqa: E731
-        line = (f"| {env_id} | `{script}` | {f'`{flags}`' if flags else ''} | {int(steps):,} | {len(runs)} | "
-                f"{mean_std(number('final_return'))} | {mean_std(number('eval_return'))} | {np.nanmean(number('sps')):.0f} |")
+        number = lambda key, runs=runs: [  # noqa: E731
+            float(r[key]) if r[key] != "" else float("nan") for r in runs
+        ]
+        line = (
+            f"| {env_id} | `{script}` | {f'`{flags}`' if flags else ''} | {int(steps):,} "
+            f"| {len(runs)} | {mean_std(number('final_return'))} "
+            f"| {mean_std(number('eval_return'))} | {np.nanmean(number('sps')):.0f} |"
+        )
         if flags in DEFAULT_FLAGS:
             defaults.append(line + f" {CLEANRL.get(env_id.split('-v')[0], '–')} |")
         else:
             experiments.append(line)
     if experiments:
-        defaults += ["", "**Experiments** (flags changed: tuning and stress tests)", "",
-                     "| env | script | flags | steps | seeds | final return | eval return | SPS |",
-                     "|---|---|---|---|---|---|---|---|", *experiments]
+        defaults += [
+            "",
+            "**Experiments** (flags changed: tuning and stress tests)",
+            "",
+            "| env | script | flags | steps | seeds | final return | eval return | SPS |",
+            "|---|---|---|---|---|---|---|---|",
+            *experiments,
+        ]
     return "\n".join(defaults)
 
 
@@ -80,24 +102,44 @@ def plot(curves: list[dict], folder: str):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_env = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))  # env -> (script, flags) -> seed -> [(step, ret)]
+    # env -> (script, flags) -> seed -> [(step, ret)]
+    by_env = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for row in curves:
-        by_env[row["env_id"]][row["script"], row["flags"]][row["seed"]].append((int(row["step"]), float(row["episodic_return"])))
+        by_env[row["env_id"]][row["script"], row["flags"]][row["seed"]].append(
+            (int(row["step"]), float(row["episodic_return"]))
+        )
     os.makedirs(folder, exist_ok=True)
     for env_id, lines in sorted(by_env.items()):
-        for suffix, keep in (("", lambda flags: flags in DEFAULT_FLAGS), ("-all", lambda flags: True)):
+        for suffix, keep in (
+            ("", lambda flags: flags in DEFAULT_FLAGS),
+            ("-all", lambda flags: True),
+        ):
             fig, ax = plt.subplots(figsize=(7, 4.5))
             for (script, flags), seeds in sorted(lines.items()):
                 if not keep(flags):
                     continue
                 grid = np.linspace(0, max(s for points in seeds.values() for s, _ in points), 100)
-                interpolated = np.array([np.interp(grid, *zip(*sorted(points))) for points in seeds.values()])
-                label = f"{script}{' ' + flags if flags else ''} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
+                interpolated = np.array(
+                    [np.interp(grid, *zip(*sorted(points))) for points in seeds.values()]
+                )
+                label = (
+                    f"{script}{' ' + flags if flags else ''} "
+                    f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
+                )
                 (line,) = ax.plot(grid, interpolated.mean(0), label=label)
                 if len(seeds) > 1:  # shaded: the range over the seeds
-                    ax.fill_between(grid, interpolated.min(0), interpolated.max(0), color=line.get_color(), alpha=0.2)
-            ax.set(title=env_id + (" (all runs)" if suffix else ""), xlabel="environment steps",
-                   ylabel="episodic return (training)")
+                    ax.fill_between(
+                        grid,
+                        interpolated.min(0),
+                        interpolated.max(0),
+                        color=line.get_color(),
+                        alpha=0.2,
+                    )
+            ax.set(
+                title=env_id + (" (all runs)" if suffix else ""),
+                xlabel="environment steps",
+                ylabel="episodic return (training)",
+            )
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
             fig.tight_layout()

@@ -1,8 +1,10 @@
-"""Run benchmark training jobs one after another and append one row per finished run to results.csv.
+r"""Run benchmark training jobs one after another and append one row per finished run to
+results.csv.
 
 Every row is what a real run printed to its TensorBoard log, never an estimate. Rerunning appends.
 
-    python benchmarks/run.py --scripts ppo_continuous.py --env-ids Hopper-v5 HalfCheetah-v5 --seeds 1 2
+    python benchmarks/run.py --scripts ppo_continuous.py \
+        --env-ids Hopper-v5 HalfCheetah-v5 --seeds 1 2
     python benchmarks/run.py --scripts ppo_ddp.py --nproc 2 --env-ids Hopper-v5
     python benchmarks/run.py --scripts ppo_spo.py --flags="--actor-layers 64 64"
 
@@ -25,8 +27,18 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-COLUMNS = ["script", "env_id", "seed", "total_timesteps", "flags", "final_return", "eval_return", "sps",
-           "wall_seconds", "date"]
+COLUMNS = [
+    "script",
+    "env_id",
+    "seed",
+    "total_timesteps",
+    "flags",
+    "final_return",
+    "eval_return",
+    "sps",
+    "wall_seconds",
+    "date",
+]
 
 
 @dataclass
@@ -59,10 +71,28 @@ def scalars(run_dir: str, tag: str) -> list[tuple[int, float]]:
 def command(args: Args, script: str, env_id: str, seed: int) -> list[str]:
     launcher = [sys.executable]
     if script == "ppo_ddp.py":
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}"]
-    return [*launcher, os.path.join(ROOT, script), "--env-id", env_id, "--seed", str(seed),
-            "--total-timesteps", str(args.total_timesteps), "--log-dir", args.log_dir,
-            "--exp-name", f"bench_{script[:-3]}", *shlex.split(args.flags)]
+        launcher = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={args.nproc}",
+        ]
+    return [
+        *launcher,
+        os.path.join(ROOT, script),
+        "--env-id",
+        env_id,
+        "--seed",
+        str(seed),
+        "--total-timesteps",
+        str(args.total_timesteps),
+        "--log-dir",
+        args.log_dir,
+        "--exp-name",
+        f"bench_{script[:-3]}",
+        *shlex.split(args.flags),
+    ]
 
 
 def run_one(args: Args, script: str, env_id: str, seed: int) -> dict:
@@ -78,23 +108,41 @@ def run_one(args: Args, script: str, env_id: str, seed: int) -> dict:
     evals = scalars(run_dir, "eval/episodic_return")
     sps = scalars(run_dir, "charts/SPS")
     flags = args.flags + (f" --nproc {args.nproc}" if script == "ppo_ddp.py" else "")
-    row = {"script": script, "env_id": env_id, "seed": seed, "total_timesteps": args.total_timesteps,
-           "flags": flags.strip(), "final_return": round(float(np.mean([v for _, v in returns[-10:]])), 2),
-           "eval_return": round(evals[-1][1], 2) if evals else "", "sps": round(sps[-1][1]) if sps else "",
-           "wall_seconds": round(wall), "date": datetime.date.today().isoformat()}
+    row = {
+        "script": script,
+        "env_id": env_id,
+        "seed": seed,
+        "total_timesteps": args.total_timesteps,
+        "flags": flags.strip(),
+        "final_return": round(float(np.mean([v for _, v in returns[-10:]])), 2),
+        "eval_return": round(evals[-1][1], 2) if evals else "",
+        "sps": round(sps[-1][1]) if sps else "",
+        "wall_seconds": round(wall),
+        "date": datetime.date.today().isoformat(),
+    }
     curves = os.path.join(os.path.dirname(args.results), "curves.csv")
     new_curves = not os.path.exists(curves)
     with open(curves, "a", newline="") as f:
         writer = csv.writer(f)
         if new_curves:
             writer.writerow(["script", "env_id", "seed", "flags", "step", "episodic_return"])
-        # Downsampled to 100 points: the mean return of the episodes that ended in each 1 % of the run.
+        # Downsampled to 100 points: the mean return of the episodes that ended in each 1 % of the
+        # run.
         bins = np.linspace(0, args.total_timesteps, 101)
         steps, values = np.array([s for s, _ in returns]), np.array([v for _, v in returns])
         for lo, hi in zip(bins[:-1], bins[1:]):
             inside = (steps > lo) & (steps <= hi)
             if inside.any():
-                writer.writerow([script, env_id, seed, row["flags"], int(hi), round(float(values[inside].mean()), 2)])
+                writer.writerow(
+                    [
+                        script,
+                        env_id,
+                        seed,
+                        row["flags"],
+                        int(hi),
+                        round(float(values[inside].mean()), 2),
+                    ]
+                )
     return row
 
 

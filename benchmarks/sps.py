@@ -22,7 +22,10 @@ from dataclasses import dataclass
 import gymnasium as gym
 import tyro
 
-sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+sys.path[:0] = [
+    os.path.dirname(os.path.abspath(__file__)),
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+]
 from run import ROOT, append_rows, scalars  # noqa: E402  (benchmarks/run.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,7 +33,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @dataclass
 class Args:
-    scripts: tuple[str, ...] = ("ppo_continuous.py", "ppo_spo.py", "ppo_symaug.py", "appo_vtrace.py", "ppo_ddp.py")
+    scripts: tuple[str, ...] = (
+        "ppo_continuous.py",
+        "ppo_spo.py",
+        "ppo_symaug.py",
+        "appo_vtrace.py",
+        "ppo_ddp.py",
+    )
     """scripts to measure (missing ones are skipped)"""
     env_id: str = "Hopper-v5"
     """environment"""
@@ -43,8 +52,12 @@ class Args:
 
 
 def raw_sps(env_id: str, num_envs: int, seconds: float) -> float:
-    envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    envs = gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
     envs.reset(seed=0)
     envs.action_space.seed(0)
     steps, start = 0, time.time()
@@ -59,10 +72,30 @@ def train_sps(script: str, env_id: str, total_timesteps: int, nproc: int) -> flo
     with tempfile.TemporaryDirectory() as log_dir:
         launcher = [sys.executable]
         if script == "ppo_ddp.py":
-            launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-        subprocess.run([*launcher, os.path.join(ROOT, script), "--env-id", env_id, "--total-timesteps",
-                        str(total_timesteps), "--log-dir", log_dir, "--eval-episodes", "1"],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            launcher = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={nproc}",
+            ]
+        subprocess.run(
+            [
+                *launcher,
+                os.path.join(ROOT, script),
+                "--env-id",
+                env_id,
+                "--total-timesteps",
+                str(total_timesteps),
+                "--log-dir",
+                log_dir,
+                "--eval-episodes",
+                "1",
+            ],
+            check=True,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
         (run,) = os.listdir(log_dir)
         return scalars(os.path.join(log_dir, run), "charts/SPS")[-1][1]
 
@@ -74,19 +107,35 @@ def main(args: Args):
             print(f"skip {script}: not found")
             continue
         defaults = importlib.import_module(script[:-3]).Args()
-        # ppo_symaug.py needs a mirror map, which Hopper-v5 lacks: it is measured on its own default env.
+        # ppo_symaug.py needs a mirror map, which Hopper-v5 lacks: it is measured on its own default
+        # env.
         env_id = defaults.env_id if script == "ppo_symaug.py" else args.env_id
         for nproc in (1, 2) if script == "ppo_ddp.py" else (1,):
             raw = raw_sps(env_id, defaults.num_envs, args.raw_seconds)
             trained = train_sps(script, env_id, args.total_timesteps, nproc)
-            rows.append({"script": script, "env_id": env_id, "nproc": nproc, "num_envs": defaults.num_envs,
-                         "raw_env_sps": round(raw), "train_sps": round(trained), "ratio": round(trained / raw, 3),
-                         "date": datetime.date.today().isoformat()})
+            rows.append(
+                {
+                    "script": script,
+                    "env_id": env_id,
+                    "nproc": nproc,
+                    "num_envs": defaults.num_envs,
+                    "raw_env_sps": round(raw),
+                    "train_sps": round(trained),
+                    "ratio": round(trained / raw, 3),
+                    "date": datetime.date.today().isoformat(),
+                }
+            )
             append_rows(args.output, rows[-1:])
             print(rows[-1], flush=True)
-    print("\n| script | env | processes | envs per process | raw vector-env SPS | training SPS | ratio |\n|---|---|---|---|---|---|---|")
+    print(
+        "\n| script | env | processes | envs per process | raw vector-env SPS | training SPS "
+        "| ratio |\n|---|---|---|---|---|---|---|"
+    )
     for r in rows:
-        print(f"| `{r['script']}` | {r['env_id']} | {r['nproc']} | {r['num_envs']} | {r['raw_env_sps']} | {r['train_sps']} | {r['ratio']:.0%} |")
+        print(
+            f"| `{r['script']}` | {r['env_id']} | {r['nproc']} | {r['num_envs']} "
+            f"| {r['raw_env_sps']} | {r['train_sps']} | {r['ratio']:.0%} |"
+        )
 
 
 if __name__ == "__main__":

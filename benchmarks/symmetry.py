@@ -24,8 +24,9 @@ import tyro
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
-import ppo_symaug  # noqa: E402
 from run import append_rows  # noqa: E402  (benchmarks/run.py)
+
+import ppo_symaug  # noqa: E402
 
 
 @dataclass
@@ -52,9 +53,9 @@ def visited_states(agent, script, env_id: str, steps: int, seed: int = 0) -> tor
 
 
 def state_asymmetry(states: torch.Tensor, mirror_obs) -> float:
-    """mean ||M s - s||^2 / (2 mean ||s - mean(s)||^2) over raw observations: 0 when every state is its
-    own mirror image, growing with the distance from the mirror-invariant subspace relative to the
-    spread of the visited states (i.i.d. dims would give the share of dims the mirror moves).
+    """mean ||M s - s||^2 / (2 mean ||s - mean(s)||^2) over raw observations: 0 when every state is
+    its own mirror image, growing with the distance from the mirror-invariant subspace relative to
+    the spread of the visited states (i.i.d. dims would give the share of dims the mirror moves).
 
     A symmetric policy started in a mirror-invariant state (Walker2d resets with both legs together,
     up to small noise) gives mirror-symmetric actions there, so without noise it never leaves the
@@ -76,10 +77,18 @@ def main(args: Args):
         mirror_obs, mirror_act = ppo_symaug.make_mirror_fns(ckpt["env_id"])
         states = visited_states(agent, script, ckpt["env_id"], args.steps)
         error = ppo_symaug.symmetry_error(agent, states, mirror_obs, mirror_act)
-        rows.append({"script": f"{ckpt['script']}.py", "env_id": ckpt["env_id"], "seed": ckpt["args"]["seed"],
-                     "global_step": ckpt["global_step"], "symmetry_error": f"{error:.3g}",
-                     "state_asymmetry": f"{state_asymmetry(states, mirror_obs):.3g}", "checkpoint": path,
-                     "date": datetime.date.today().isoformat()})
+        rows.append(
+            {
+                "script": f"{ckpt['script']}.py",
+                "env_id": ckpt["env_id"],
+                "seed": ckpt["args"]["seed"],
+                "global_step": ckpt["global_step"],
+                "symmetry_error": f"{error:.3g}",
+                "state_asymmetry": f"{state_asymmetry(states, mirror_obs):.3g}",
+                "checkpoint": path,
+                "date": datetime.date.today().isoformat(),
+            }
+        )
         print(rows[-1], flush=True)
     append_rows(args.output, rows)
 

@@ -32,19 +32,26 @@ def vtrace_reference(behaviour, target, rewards, values, bootstrap, dones, gamma
     ratio = np.exp(target - behaviour)
     vs, adv = np.zeros((T, N)), np.zeros((T, N))
     for n in range(N):
-        def next_value(t, v):  # the value of the state after step t in the same episode
+
+        def next_value(t, v, n=n):  # the value of the state after step t in the same episode
             return 0.0 if dones[t, n] else (bootstrap[n] if t == T - 1 else v[t + 1, n])
 
         for s in range(T):
             total, weight = values[s, n], 1.0
             for t in range(s, T):
-                total += weight * min(clip_rho, ratio[t, n]) * (rewards[t, n] + gamma * next_value(t, values) - values[t, n])
+                total += (
+                    weight
+                    * min(clip_rho, ratio[t, n])
+                    * (rewards[t, n] + gamma * next_value(t, values) - values[t, n])
+                )
                 if dones[t, n]:
                     break
                 weight *= gamma * min(clip_c, ratio[t, n])
             vs[s, n] = total
         for s in range(T):
-            adv[s, n] = min(clip_rho, ratio[s, n]) * (rewards[s, n] + gamma * next_value(s, vs) - values[s, n])
+            adv[s, n] = min(clip_rho, ratio[s, n]) * (
+                rewards[s, n] + gamma * next_value(s, vs) - values[s, n]
+            )
     return vs, adv
 
 
@@ -59,11 +66,26 @@ def test_vtrace_matches_plain_loop_off_policy_with_episode_ends():
     dones[2, 0] = dones[7, 0] = dones[12, 1] = dones[0, 3] = dones[5, 4] = 1
     clip_rho, clip_c = 1.3, 0.8  # different, so a swap of the two would be caught
     ratio = np.exp(target - behaviour)
-    assert (ratio > clip_rho).any() and ((ratio > clip_c) & (ratio < clip_rho)).any() and (ratio < clip_c).any()
-    expected_vs, expected_adv = vtrace_reference(behaviour, target, rewards, values, bootstrap, dones, 0.95, clip_rho, clip_c)
+    assert (
+        (ratio > clip_rho).any()
+        and ((ratio > clip_c) & (ratio < clip_rho)).any()
+        and (ratio < clip_c).any()
+    )
+    expected_vs, expected_adv = vtrace_reference(
+        behaviour, target, rewards, values, bootstrap, dones, 0.95, clip_rho, clip_c
+    )
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    vs, adv = appo.vtrace_advantages(t(behaviour), t(target), t(rewards), t(values), t(bootstrap), t(dones),
-                                     gamma=0.95, clip_rho=clip_rho, clip_c=clip_c)
+    vs, adv = appo.vtrace_advantages(
+        t(behaviour),
+        t(target),
+        t(rewards),
+        t(values),
+        t(bootstrap),
+        t(dones),
+        gamma=0.95,
+        clip_rho=clip_rho,
+        clip_c=clip_c,
+    )
     np.testing.assert_allclose(vs.numpy(), expected_vs, atol=1e-12)
     np.testing.assert_allclose(adv.numpy(), expected_adv, atol=1e-12)
 
@@ -74,9 +96,13 @@ def test_vtrace_on_policy_is_the_bootstrapped_n_step_return():
     logp = torch.tensor(rng.normal(size=(T, N)))
     rewards, values = torch.tensor(rng.normal(size=(2, T, N)))
     bootstrap = torch.tensor(rng.normal(size=N))
-    vs, adv = appo.vtrace_advantages(logp, logp, rewards, values, bootstrap, torch.zeros(T, N, dtype=torch.float64), gamma=gamma)
+    vs, adv = appo.vtrace_advantages(
+        logp, logp, rewards, values, bootstrap, torch.zeros(T, N, dtype=torch.float64), gamma=gamma
+    )
     for s in range(T):
-        n_step = sum(gamma ** (t - s) * rewards[t] for t in range(s, T)) + gamma ** (T - s) * bootstrap
+        n_step = (
+            sum(gamma ** (t - s) * rewards[t] for t in range(s, T)) + gamma ** (T - s) * bootstrap
+        )
         torch.testing.assert_close(vs[s], n_step)
     next_vs = torch.cat([vs[1:], bootstrap[None]])
     torch.testing.assert_close(adv, rewards + gamma * next_vs - values)
@@ -91,8 +117,12 @@ def test_soft_update_and_lr_factors():
     for b, p_target, p in zip(before, target.parameters(), agent.parameters()):
         torch.testing.assert_close(p_target, 0.75 * b + 0.25 * p)
     assert torch.equal(target.obs_rms.mean, agent.obs_rms.mean)
-    assert appo.adapt_learning_rate(1e-3, kl=0.05, desired_kl=0.01, decrease=2.0) == pytest.approx(5e-4)
-    assert appo.adapt_learning_rate(1e-3, kl=0.001, desired_kl=0.01, increase=1.2) == pytest.approx(1.2e-3)
+    assert appo.adapt_learning_rate(1e-3, kl=0.05, desired_kl=0.01, decrease=2.0) == pytest.approx(
+        5e-4
+    )
+    assert appo.adapt_learning_rate(1e-3, kl=0.001, desired_kl=0.01, increase=1.2) == pytest.approx(
+        1.2e-3
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,8 +130,18 @@ def test_soft_update_and_lr_factors():
 # ---------------------------------------------------------------------------------------------
 def short_args(tmp_path, **overrides):
     # batch = 2 rollouts x 2 envs x 128 steps = 512; 4 updates
-    fields = dict(env_id=ENV_ID, total_timesteps=2048, num_actors=2, num_envs=2, num_steps=128, num_rollouts=2,
-                  num_minibatches=4, update_epochs=2, eval_episodes=2, log_dir=str(tmp_path))
+    fields = dict(
+        env_id=ENV_ID,
+        total_timesteps=2048,
+        num_actors=2,
+        num_envs=2,
+        num_steps=128,
+        num_rollouts=2,
+        num_minibatches=4,
+        update_epochs=2,
+        eval_episodes=2,
+        log_dir=str(tmp_path),
+    )
     return appo.Args(**{**fields, **overrides})
 
 
@@ -114,11 +154,28 @@ def short_run(tmp_path_factory):
 
 def test_short_run_trains_with_finite_losses_and_reports_policy_lag(short_run):
     metrics, ckpt_path = short_run
-    for tag in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
-                "losses/explained_variance", "losses/behaviour_kl", "losses/rho_clipfrac", "losses/rho_p99",
-                "losses/grad_norm", "losses/actor_grad_norm", "losses/critic_grad_norm", "charts/policy_lag_mean",
-                "charts/policy_lag_max", "charts/learner_wait_time", "charts/actor_wait_frac", "charts/SPS",
-                "charts/learning_rate", "charts/episodic_return", "eval/episodic_return"):
+    for tag in (
+        "losses/policy_loss",
+        "losses/value_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+        "losses/behaviour_kl",
+        "losses/rho_clipfrac",
+        "losses/rho_p99",
+        "losses/grad_norm",
+        "losses/actor_grad_norm",
+        "losses/critic_grad_norm",
+        "charts/policy_lag_mean",
+        "charts/policy_lag_max",
+        "charts/learner_wait_time",
+        "charts/actor_wait_frac",
+        "charts/SPS",
+        "charts/learning_rate",
+        "charts/episodic_return",
+        "eval/episodic_return",
+    ):
         assert np.isfinite(metrics[tag]), tag
     assert metrics["global_step"] == 2048
     assert 0 <= metrics["charts/policy_lag_mean"] <= metrics["charts/policy_lag_max"]
@@ -135,8 +192,14 @@ def test_tensorboard_has_cleanrl_tags_and_a_nonzero_lag(short_run):
     _, ckpt_path = short_run
     events = EventAccumulator(str(ckpt_path.parent)).Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"charts/episodic_return", "charts/SPS", "losses/approx_kl", "charts/policy_lag_mean",
-            "charts/learner_wait_time", "eval/episodic_return"} <= tags
+    assert {
+        "charts/episodic_return",
+        "charts/SPS",
+        "losses/approx_kl",
+        "charts/policy_lag_mean",
+        "charts/learner_wait_time",
+        "eval/episodic_return",
+    } <= tags
     # Every actor starts its second rollout (with version 0) before the learner can publish
     # version 1, so the second update trains on data one update old.
     assert max(e.value for e in events.Scalars("charts/policy_lag_max")) >= 1
@@ -148,8 +211,11 @@ def test_checkpoint_round_trip_and_resume(short_run, tmp_path):
     assert reloaded["eval/episodic_return"] == metrics["eval/episodic_return"]
     copy = tmp_path / "checkpoint.pt"
     copy.write_bytes(ckpt_path.read_bytes())
-    resumed = appo.train(appo.parse_args(["--resume", str(copy), "--total-timesteps", "3072",
-                                          "--eval-episodes", "2"]))
+    resumed = appo.train(
+        appo.parse_args(
+            ["--resume", str(copy), "--total-timesteps", "3072", "--eval-episodes", "2"]
+        )
+    )
     assert resumed["global_step"] == 3072
     ckpt = appo.load_checkpoint(str(copy))
     assert ckpt["iteration"] == 6 and ckpt["args"]["num_envs"] == 2  # saved settings kept
@@ -157,23 +223,56 @@ def test_checkpoint_round_trip_and_resume(short_run, tmp_path):
 
 def test_resume_with_another_batch_size_stops_at_total_timesteps(tmp_path, capsys):
     # 3 updates of 3 envs x 64 steps = 576 steps, then resume with batches of 2 x 64 = 128 steps.
-    args = short_args(tmp_path, env_id="toy_envs:AlwaysTruncates-v0", total_timesteps=576,
-                      num_actors=1, num_envs=3, num_steps=64, num_rollouts=1, num_minibatches=2,
-                      update_epochs=1, eval_episodes=1)
+    args = short_args(
+        tmp_path,
+        env_id="toy_envs:AlwaysTruncates-v0",
+        total_timesteps=576,
+        num_actors=1,
+        num_envs=3,
+        num_steps=64,
+        num_rollouts=1,
+        num_minibatches=2,
+        update_epochs=1,
+        eval_episodes=1,
+    )
     assert appo.train(args)["global_step"] == 576
     ckpt_path = str(next(tmp_path.glob("*/checkpoint.pt")))
     # (906 - 576) // 128 = 2 whole batches fit: 576 + 2 * 128 = 832. Continuing from the saved
     # update 3 to update 906 // 128 = 7 would run 4 more, to 1088.
-    resumed = appo.train(appo.parse_args(["--resume", ckpt_path, "--num-envs", "2",
-                                          "--total-timesteps", "906", "--eval-episodes", "1"]))
+    resumed = appo.train(
+        appo.parse_args(
+            [
+                "--resume",
+                ckpt_path,
+                "--num-envs",
+                "2",
+                "--total-timesteps",
+                "906",
+                "--eval-episodes",
+                "1",
+            ]
+        )
+    )
     assert resumed["global_step"] == 832
     assert "ETA -" not in capsys.readouterr().out
 
 
 def test_options_train_with_finite_losses(tmp_path):
     """Adaptive LR, value clipping, a soft and rarer target update, rho-bar != c-bar, 3 actors."""
-    metrics = appo.train(short_args(tmp_path, total_timesteps=1536, num_actors=3, desired_kl=0.01, lr_decrease_factor=2.0,
-                                    clip_vloss=True, tau=0.5, target_update_freq=2, clip_rho=2.0, clip_c=0.5))
+    metrics = appo.train(
+        short_args(
+            tmp_path,
+            total_timesteps=1536,
+            num_actors=3,
+            desired_kl=0.01,
+            lr_decrease_factor=2.0,
+            clip_vloss=True,
+            tau=0.5,
+            target_update_freq=2,
+            clip_rho=2.0,
+            clip_c=0.5,
+        )
+    )
     assert all(np.isfinite(v) for v in metrics.values())
 
 
@@ -198,9 +297,19 @@ def test_each_update_starts_at_ratio_one_to_the_target_network(tmp_path, monkeyp
     monkeypatch.setattr(appo, "ppo_loss", spy_ppo_loss)
     # 4 updates of 64 steps, 2 minibatches x 2 epochs each; one actor, so from the second update on
     # the data are one update old. A larger learning rate makes the policies of two updates differ.
-    args = short_args(tmp_path, env_id="toy_envs:AlwaysTruncates-v0", total_timesteps=256,
-                      num_actors=1, num_envs=2, num_steps=32, num_rollouts=1, num_minibatches=2,
-                      update_epochs=2, learning_rate=3e-3, eval_episodes=1)
+    args = short_args(
+        tmp_path,
+        env_id="toy_envs:AlwaysTruncates-v0",
+        total_timesteps=256,
+        num_actors=1,
+        num_envs=2,
+        num_steps=32,
+        num_rollouts=1,
+        num_minibatches=2,
+        update_epochs=2,
+        learning_rate=3e-3,
+        eval_episodes=1,
+    )
     appo.train(args)
     first_minibatches = logratios[::4]
     assert len(logratios) == 16 and max(first_minibatches) < 1e-5
@@ -208,13 +317,23 @@ def test_each_update_starts_at_ratio_one_to_the_target_network(tmp_path, monkeyp
     assert max(behaviour_gaps) > 1e-4
 
 
-
-
 def test_truncated_episodes_bootstrap_from_final_obs(tmp_path):
     gamma = 0.9
-    args = short_args(tmp_path, env_id="toy_envs:AlwaysTruncates-v0", total_timesteps=20_000, num_envs=4, num_steps=50,
-                      num_minibatches=2, update_epochs=4, gamma=gamma, norm_reward=False, norm_obs=False,
-                      critic_learning_rate=3e-3, anneal_lr=False, eval_episodes=1)
+    args = short_args(
+        tmp_path,
+        env_id="toy_envs:AlwaysTruncates-v0",
+        total_timesteps=20_000,
+        num_envs=4,
+        num_steps=50,
+        num_minibatches=2,
+        update_epochs=4,
+        gamma=gamma,
+        norm_reward=False,
+        norm_obs=False,
+        critic_learning_rate=3e-3,
+        anneal_lr=False,
+        eval_episodes=1,
+    )
     appo.train(args)
     ckpt = appo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
     agent = appo.Agent(1, 1, args)
@@ -223,10 +342,13 @@ def test_truncated_episodes_bootstrap_from_final_obs(tmp_path):
     assert agent.get_value(torch.zeros(1, 1)).item() == pytest.approx(1 / (1 - gamma), rel=0.15)
 
 
-@pytest.mark.parametrize("env_id, bootstrapped", [
-    ("toy_envs:AlwaysTruncates-v0", True),  # cut off by the limit: the episode would go on
-    ("toy_envs:TerminatesAtTimeLimit-v0", False),  # terminal at the limit: nothing comes after
-])
+@pytest.mark.parametrize(
+    "env_id, bootstrapped",
+    [
+        ("toy_envs:AlwaysTruncates-v0", True),  # cut off by the limit: the episode would go on
+        ("toy_envs:TerminatesAtTimeLimit-v0", False),  # terminal at the limit: nothing comes after
+    ],
+)
 def test_only_truncated_and_not_terminated_steps_are_bootstrapped(env_id, bootstrapped):
     # Step the env for one 5-step episode, as an actor does, to get its flags at the last step.
     envs = appo.make_envs(env_id, 2, seed=0)
@@ -243,8 +365,14 @@ def test_only_truncated_and_not_terminated_steps_are_bootstrapped(env_id, bootst
         agent.critic[-1].weight.zero_()
         agent.critic[-1].bias.fill_(10.0)
     rewards = torch.as_tensor(reward, dtype=torch.float32)[None]
-    appo.add_truncation_bootstrap(agent, rewards, final_obs, torch.as_tensor(terminated)[None],
-                                  torch.as_tensor(truncated)[None], gamma=0.9)
+    appo.add_truncation_bootstrap(
+        agent,
+        rewards,
+        final_obs,
+        torch.as_tensor(terminated)[None],
+        torch.as_tensor(truncated)[None],
+        gamma=0.9,
+    )
     expected = 1.0 + 0.9 * 10.0 if bootstrapped else 1.0
     torch.testing.assert_close(rewards, torch.full((1, 2), expected))
 
@@ -254,10 +382,32 @@ def test_only_truncated_and_not_terminated_steps_are_bootstrapped(env_id, bootst
 # ---------------------------------------------------------------------------------------------
 def start_script(tmp_path):
     """Run the script in a subprocess until its second update; return it and its actor pids."""
-    proc = subprocess.Popen([sys.executable, "appo_vtrace.py", "--env-id", ENV_ID, "--num-actors", "2", "--num-envs", "2",
-                             "--num-rollouts", "2", "--num-steps", "64",
-                             "--num-minibatches", "2", "--update-epochs", "2", "--log-dir", str(tmp_path)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "appo_vtrace.py",
+            "--env-id",
+            ENV_ID,
+            "--num-actors",
+            "2",
+            "--num-envs",
+            "2",
+            "--num-rollouts",
+            "2",
+            "--num-steps",
+            "64",
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "2",
+            "--log-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline, pids = time.time() + 120, None
     while True:
         line = proc.stdout.readline()
@@ -292,9 +442,13 @@ def test_killed_actor_stops_the_learner_promptly(tmp_path):
     assert time.time() - killed_at < 10
     assert proc.returncode != 0
     assert "Traceback" not in err
-    assert f"error: actor 1 (pid {pids[1]}) died (killed by SIGKILL)" in err.strip().splitlines()[-1]
+    assert (
+        f"error: actor 1 (pid {pids[1]}) died (killed by SIGKILL)" in err.strip().splitlines()[-1]
+    )
     assert_all_gone(pids)
-    ckpt = appo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))  # what was learned is kept
+    ckpt = appo.load_checkpoint(
+        str(next(tmp_path.glob("*/checkpoint.pt")))
+    )  # what was learned is kept
     assert ckpt["iteration"] >= 2
 
 
@@ -312,19 +466,22 @@ def test_ctrl_c_saves_a_checkpoint_and_stops_every_actor(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Bad input: one line, exit code != 0, no traceback
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("overrides, message", [
-    (dict(env_id="NoSuchEnv-v0"), "unknown env id"),
-    (dict(env_id="CartPole-v1"), "Discrete action space"),
-    (dict(num_minibatches=3), "not divisible"),
-    (dict(num_actors=0), "--num-actors must be positive"),
-    (dict(num_rollouts=-1), "--num-rollouts must be positive"),
-    (dict(lr_decrease_factor=1.0), "--lr-decrease-factor must be > 1"),
-    (dict(lr_increase_factor=0.5), "--lr-increase-factor must be > 1"),
-    (dict(tau=0.0), "--tau must lie in"),
-    (dict(clip_rho=0.0), "--clip-rho and --clip-c must be positive"),
-    (dict(resume="/no/such/checkpoint.pt"), "checkpoint not found"),
-    (dict(eval_checkpoint="/no/such/checkpoint.pt"), "checkpoint not found"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(env_id="NoSuchEnv-v0"), "unknown env id"),
+        (dict(env_id="CartPole-v1"), "Discrete action space"),
+        (dict(num_minibatches=3), "not divisible"),
+        (dict(num_actors=0), "--num-actors must be positive"),
+        (dict(num_rollouts=-1), "--num-rollouts must be positive"),
+        (dict(lr_decrease_factor=1.0), "--lr-decrease-factor must be > 1"),
+        (dict(lr_increase_factor=0.5), "--lr-increase-factor must be > 1"),
+        (dict(tau=0.0), "--tau must lie in"),
+        (dict(clip_rho=0.0), "--clip-rho and --clip-c must be positive"),
+        (dict(resume="/no/such/checkpoint.pt"), "checkpoint not found"),
+        (dict(eval_checkpoint="/no/such/checkpoint.pt"), "checkpoint not found"),
+    ],
+)
 def test_bad_input_is_refused_clearly(tmp_path, overrides, message):
     with pytest.raises(SystemExit, match=message):
         appo.train(short_args(tmp_path, **overrides))
@@ -341,8 +498,13 @@ def test_checkpoint_of_another_script_or_env_is_refused(short_run, tmp_path):
 
 
 def test_command_line_error_has_no_traceback():
-    result = subprocess.run([sys.executable, "appo_vtrace.py", "--env-id", "NoSuchEnv-v0"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "appo_vtrace.py", "--env-id", "NoSuchEnv-v0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().startswith("error: unknown env id")
@@ -355,6 +517,15 @@ def test_command_line_error_has_no_traceback():
 def test_learns_inverted_pendulum(tmp_path):
     # Two actors, so that each batch mixes rollouts of different ages; 8 minibatches instead of 32
     # (a quarter of the gradient steps), as the learner is the bottleneck on 2 cores.
-    metrics = appo.train(appo.Args(env_id="InvertedPendulum-v5", total_timesteps=150_000, num_actors=2, num_envs=4,
-                                   num_rollouts=2, num_minibatches=8, log_dir=str(tmp_path)))
+    metrics = appo.train(
+        appo.Args(
+            env_id="InvertedPendulum-v5",
+            total_timesteps=150_000,
+            num_actors=2,
+            num_envs=4,
+            num_rollouts=2,
+            num_minibatches=8,
+            log_dir=str(tmp_path),
+        )
+    )
     assert metrics["eval/episodic_return"] >= 900

@@ -12,18 +12,54 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_run_then_report(tmp_path):
     results, plots = tmp_path / "results.csv", tmp_path / "plots"
-    subprocess.run([sys.executable, "benchmarks/run.py", "--env-ids", "InvertedPendulum-v5", "--seeds", "1", "2",
-                    "--total-timesteps", "2048", "--flags=--num-envs 4 --eval-episodes 2", "--results", str(results),
-                    "--log-dir", str(tmp_path / "runs")], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/run.py",
+            "--env-ids",
+            "InvertedPendulum-v5",
+            "--seeds",
+            "1",
+            "2",
+            "--total-timesteps",
+            "2048",
+            "--flags=--num-envs 4 --eval-episodes 2",
+            "--results",
+            str(results),
+            "--log-dir",
+            str(tmp_path / "runs"),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     rows = list(csv.DictReader(open(results)))
     assert [r["seed"] for r in rows] == ["1", "2"]
     assert all(float(r["sps"]) > 0 and r["flags"] == "--num-envs 4 --eval-episodes 2" for r in rows)
     assert float(rows[0]["eval_return"]) > 0 and float(rows[0]["final_return"]) > 0
     pytest.importorskip("matplotlib")
-    out = subprocess.run([sys.executable, "benchmarks/report.py", "--results", str(results), "--curves",
-                          str(tmp_path / "curves.csv"), "--plots", str(plots)], cwd=ROOT, check=True,
-                         capture_output=True, text=True, timeout=300).stdout
-    assert "| InvertedPendulum-v5 | `ppo_continuous.py` | `--num-envs 4 --eval-episodes 2` | 2,048 | 2 |" in out
+    out = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/report.py",
+            "--results",
+            str(results),
+            "--curves",
+            str(tmp_path / "curves.csv"),
+            "--plots",
+            str(plots),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    assert (
+        "| InvertedPendulum-v5 | `ppo_continuous.py` | `--num-envs 4 --eval-episodes 2` "
+        "| 2,048 | 2 |" in out
+    )
     assert (plots / "InvertedPendulum-v5.png").stat().st_size > 1000
 
 
@@ -33,12 +69,16 @@ def test_state_asymmetry_is_zero_on_the_mirror_invariant_subspace():
     from symmetry import state_asymmetry
 
     import ppo_symaug
+
     mirror_obs, _ = ppo_symaug.make_mirror_fns("Walker2d-v5")
     states = torch.randn(4000, 17, generator=torch.Generator().manual_seed(0))
     # independent legs: the 12 leg dims of 17 differ from their mirror images
     assert state_asymmetry(states, mirror_obs) == pytest.approx(12 / 17, abs=0.03)
     legs_as_one = states.clone()
-    legs_as_one[:, 5:8], legs_as_one[:, 14:17] = states[:, 2:5], states[:, 11:14]  # left leg = right leg
+    legs_as_one[:, 5:8], legs_as_one[:, 14:17] = (
+        states[:, 2:5],
+        states[:, 11:14],
+    )  # left leg = right leg
     assert state_asymmetry(legs_as_one, mirror_obs) == 0.0
 
 
@@ -47,13 +87,32 @@ def test_report_puts_default_runs_beside_cleanrl_and_flagged_runs_apart():
     from report import table
 
     def row(script, flags, seed, final):
-        return {"env_id": "Hopper-v5", "script": script, "flags": flags, "total_timesteps": "1000000", "seed": seed,
-                "final_return": final, "eval_return": "", "sps": "100"}
+        return {
+            "env_id": "Hopper-v5",
+            "script": script,
+            "flags": flags,
+            "total_timesteps": "1000000",
+            "seed": seed,
+            "final_return": final,
+            "eval_return": "",
+            "sps": "100",
+        }
 
-    text = table([row("ppo_spo.py", "", "1", "2000"), row("ppo_spo.py", "", "2", "3000"),
-                  row("ppo_ddp.py", "--num-envs 4 --nproc 2", "1", "2500"),
-                  row("ppo_spo.py", "--update-epochs 20", "1", "1000")])
+    text = table(
+        [
+            row("ppo_spo.py", "", "1", "2000"),
+            row("ppo_spo.py", "", "2", "3000"),
+            row("ppo_ddp.py", "--num-envs 4 --nproc 2", "1", "2500"),
+            row("ppo_spo.py", "--update-epochs 20", "1", "1000"),
+        ]
+    )
     defaults, experiments = text.split("**Experiments**")
-    assert "| Hopper-v5 | `ppo_spo.py` |  | 1,000,000 | 2 | 2500 ± 500 | – | 100 | 2382.86 ± 271.74 |" in defaults
+    assert (
+        "| Hopper-v5 | `ppo_spo.py` |  | 1,000,000 | 2 | 2500 ± 500 | – | 100 | 2382.86 ± 271.74 |"
+        in defaults
+    )
     assert "`ppo_ddp.py` | `--num-envs 4 --nproc 2`" in defaults
-    assert "| Hopper-v5 | `ppo_spo.py` | `--update-epochs 20` | 1,000,000 | 1 | 1000 | – | 100 |" in experiments
+    assert (
+        "| Hopper-v5 | `ppo_spo.py` | `--update-epochs 20` | 1,000,000 | 1 | 1000 | – | 100 |"
+        in experiments
+    )

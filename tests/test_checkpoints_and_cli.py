@@ -19,8 +19,16 @@ SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
 
 def small_args(script, log_dir, **overrides):
     """2 envs x 64 steps on Walker2d (ppo_symaug needs a mirror map), one epoch of 2 minibatches."""
-    fields = dict(env_id="Walker2d-v5", total_timesteps=256, num_envs=2, num_steps=64,
-                  num_minibatches=2, update_epochs=1, eval_episodes=1, log_dir=str(log_dir))
+    fields = dict(
+        env_id="Walker2d-v5",
+        total_timesteps=256,
+        num_envs=2,
+        num_steps=64,
+        num_minibatches=2,
+        update_epochs=1,
+        eval_episodes=1,
+        log_dir=str(log_dir),
+    )
     if script.__name__ == "appo_vtrace":
         fields.update(num_actors=1, num_rollouts=1)
     return script.Args(**{**fields, **overrides})
@@ -47,8 +55,17 @@ def test_resume_with_other_num_envs_and_flags_set_back_to_default(script, tmp_pa
     assert kept.anneal_lr is False and kept.desired_kl == 0.01 and kept.num_envs == 2
 
     # Back to the defaults, which a "differs from the default" rule could not tell from no flag.
-    typed = ["--resume", path, "--anneal-lr", "--desired-kl", "None", "--num-envs", "4",
-             "--total-timesteps", "768"]
+    typed = [
+        "--resume",
+        path,
+        "--anneal-lr",
+        "--desired-kl",
+        "None",
+        "--num-envs",
+        "4",
+        "--total-timesteps",
+        "768",
+    ]
     args = script.parse_args(typed)
     assert args.anneal_lr is True and args.desired_kl is None and args.num_envs == 4
     assert args.num_steps == 64 and args.env_id == "Walker2d-v5"  # the rest as saved
@@ -98,8 +115,10 @@ def test_a_crafted_checkpoint_is_refused_without_running_its_code(script, tmp_pa
     marker = tmp_path / "marker"
     crafted = tmp_path / "crafted.pt"
     torch.save({"script": script.__name__, "payload": RunsCode(str(marker))}, crafted)
-    for load in (lambda: script.train(script.Args(eval_checkpoint=str(crafted))),
-                 lambda: script.parse_args(["--resume", str(crafted)])):
+    for load in (
+        lambda: script.train(script.Args(eval_checkpoint=str(crafted))),
+        lambda: script.parse_args(["--resume", str(crafted)]),
+    ):
         with pytest.raises(SystemExit, match="refusing .*crafted.pt: it holds objects other"):
             load()
     assert not marker.exists()
@@ -147,8 +166,14 @@ def test_weight_decay_reaches_every_parameter_group(script):
 # What the user sees: help text, rendering failures, MuJoCo's warnings
 # ---------------------------------------------------------------------------------------------
 def run_script(name, *flags, **env):
-    return subprocess.run([sys.executable, f"{name}.py", *flags], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, f"{name}.py", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
 
 
 def test_help_shows_each_default_once(script):
@@ -161,10 +186,27 @@ def test_a_renderer_that_cannot_load_is_one_line_and_training_goes_on(script, tm
     # MUJOCO_GL=bogus makes `import mujoco` raise, as osmesa without libosmesa6 does. HalfCheetah's
     # XML also makes MuJoCo warn about settotalmass for every env made (it has no mirror map).
     env_id = "Walker2d-v5" if script.__name__ == "ppo_symaug" else "HalfCheetah-v5"
-    flags = ["--env-id", env_id, "--total-timesteps", "128", "--num-envs", "2",
-             "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
-             "--eval-episodes", "1", "--log-dir", str(tmp_path), "--capture-video",
-             "--video-dir", str(tmp_path / "videos")]
+    flags = [
+        "--env-id",
+        env_id,
+        "--total-timesteps",
+        "128",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--eval-episodes",
+        "1",
+        "--log-dir",
+        str(tmp_path),
+        "--capture-video",
+        "--video-dir",
+        str(tmp_path / "videos"),
+    ]
     if script.__name__ == "appo_vtrace":
         flags += ["--num-actors", "1", "--num-rollouts", "1"]
     result = run_script(script.__name__, *flags, MUJOCO_GL="bogus")

@@ -20,15 +20,47 @@ import ppo_ddp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_ID = "Walker2d-v5"
-SMALL = ["--env-id", ENV_ID, "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "2",
-         "--eval-episodes", "2"]
+SMALL = [
+    "--env-id",
+    ENV_ID,
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "64",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "2",
+    "--eval-episodes",
+    "2",
+]
 
 
 def torchrun(script: str, *flags: str, nproc: int = 2, **popen_kwargs):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}  # OMP_NUM_THREADS: silences torchrun's warning
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), script, *flags]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            **popen_kwargs)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": ROOT,
+    }  # OMP_NUM_THREADS: silences torchrun's warning
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(nproc),
+        script,
+        *flags,
+    ]
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen_kwargs,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -37,10 +69,14 @@ def torchrun(script: str, *flags: str, nproc: int = 2, **popen_kwargs):
 @pytest.mark.parametrize("shape", [(), (3,)])
 def test_merge_rank_moments_equals_statistics_of_concatenated_data(shape):
     rng = np.random.default_rng(0)
-    parts = [rng.normal(loc, scale, size=(n, *shape)) for n, loc, scale in ((50, 3, 2), (7, -1, 0.5), (1, 10, 1), (300, 0, 4))]
+    parts = [
+        rng.normal(loc, scale, size=(n, *shape))
+        for n, loc, scale in ((50, 3, 2), (7, -1, 0.5), (1, 10, 1), (300, 0, 4))
+    ]
     t = lambda x: torch.tensor(np.asarray(x), dtype=torch.float64)  # noqa: E731
-    count, mean, var = ppo_ddp.merge_rank_moments(t([len(p) for p in parts]), t([p.mean(0) for p in parts]),
-                                                  t([p.var(0) for p in parts]))
+    count, mean, var = ppo_ddp.merge_rank_moments(
+        t([len(p) for p in parts]), t([p.mean(0) for p in parts]), t([p.var(0) for p in parts])
+    )
     both = np.concatenate(parts)
     assert count.item() == len(both)
     np.testing.assert_allclose(mean.numpy(), both.mean(0), rtol=1e-12)
@@ -48,7 +84,11 @@ def test_merge_rank_moments_equals_statistics_of_concatenated_data(shape):
 
 
 def test_without_a_process_group_the_helpers_are_the_identity():
-    count, mean, var = torch.tensor(5.0, dtype=torch.float64), torch.arange(3.0).double(), torch.ones(3).double()
+    count, mean, var = (
+        torch.tensor(5.0, dtype=torch.float64),
+        torch.arange(3.0).double(),
+        torch.ones(3).double(),
+    )
     counts, means, vars_ = ppo_ddp.gather_moments(count, mean, var)
     assert counts.shape == (1,) and means.shape == vars_.shape == (1, 3)
     merged = ppo_ddp.merge_rank_moments(counts, means, vars_)
@@ -63,12 +103,30 @@ def test_without_a_process_group_the_helpers_are_the_identity():
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
-    """4 iterations of 2 ranks x 2 envs x 64 steps, with every option that needs a decision shared by
-    the ranks (adaptive learning rate, early stop) and a second actor pass (L2C2), checked every iteration."""
+    """4 iterations of 2 ranks x 2 envs x 64 steps, with every option that needs a decision shared
+    by the ranks (adaptive learning rate, early stop) and a second actor pass (L2C2), checked every
+    iteration."""
     log_dir = tmp_path_factory.mktemp("runs")
-    proc = torchrun("ppo_ddp.py", *SMALL, "--total-timesteps", "1024", "--check-sync-every", "1", "--eval-every", "2",
-                    "--checkpoint-every", "1", "--desired-kl", "0.01", "--target-kl", "0.02", "--l2c2-coef", "0.1",
-                    "--log-dir", str(log_dir))
+    proc = torchrun(
+        "ppo_ddp.py",
+        *SMALL,
+        "--total-timesteps",
+        "1024",
+        "--check-sync-every",
+        "1",
+        "--eval-every",
+        "2",
+        "--checkpoint-every",
+        "1",
+        "--desired-kl",
+        "0.01",
+        "--target-kl",
+        "0.02",
+        "--l2c2-coef",
+        "0.1",
+        "--log-dir",
+        str(log_dir),
+    )
     out, err = proc.communicate(timeout=180)
     return proc.returncode, out, err, log_dir
 
@@ -78,21 +136,29 @@ def test_two_ranks_train_in_sync(two_rank_run):
     assert returncode == 0, err[-3000:]
     assert "iterations 1-4 of 256 steps (2 ranks x 2 envs x 64; 128 per rank)" in out
     assert out.count("parameters in sync across 2 ranks") == 4 + 1  # every iteration and at the end
-    assert out.count("iter 1/4") == 1 and out.count("deterministic eval") == 1  # rank 0 alone prints
+    assert (
+        out.count("iter 1/4") == 1 and out.count("deterministic eval") == 1
+    )  # rank 0 alone prints
     assert "ETA -" not in out and "Warning" not in err
     (run_dir,) = log_dir.iterdir()  # rank 0 alone writes
     assert {"checkpoint.pt", "best.pt"} <= {p.name for p in run_dir.iterdir()}
     ckpt = ppo_ddp.load_checkpoint(str(run_dir / "checkpoint.pt"))
     assert ckpt["global_step"] == 1024 and not any(k.startswith("module.") for k in ckpt["agent"])
-    assert ckpt["agent"]["obs_rms.count"].item() == pytest.approx(1e-4 + 1024)  # statistics of both ranks
+    assert ckpt["agent"]["obs_rms.count"].item() == pytest.approx(
+        1e-4 + 1024
+    )  # statistics of both ranks
 
 
 def test_two_rank_checkpoint_evaluates_the_same_in_one_process(two_rank_run):
     returncode, out, _, log_dir = two_rank_run
     assert returncode == 0
     printed = float(re.search(r"deterministic eval over 2 episodes: (-?[\d.]+)", out).group(1))
-    metrics = ppo_ddp.train(ppo_ddp.Args(eval_checkpoint=str(next(log_dir.glob("*/checkpoint.pt"))), eval_episodes=2))
-    assert metrics["eval/episodic_return"] == pytest.approx(printed, abs=0.051)  # same policy, same eval seeds
+    metrics = ppo_ddp.train(
+        ppo_ddp.Args(eval_checkpoint=str(next(log_dir.glob("*/checkpoint.pt"))), eval_episodes=2)
+    )
+    assert metrics["eval/episodic_return"] == pytest.approx(
+        printed, abs=0.051
+    )  # same policy, same eval seeds
 
 
 def test_two_ranks_resume_with_other_settings(two_rank_run, tmp_path):
@@ -101,8 +167,17 @@ def test_two_ranks_resume_with_other_settings(two_rank_run, tmp_path):
     copy = tmp_path / "checkpoint.pt"
     shutil.copy(next(log_dir.glob("*/checkpoint.pt")), copy)
     # 2 ranks x 1 env x 64 steps = 128 per iteration: steps 1024 -> 1280 are iterations 9 and 10.
-    proc = torchrun("ppo_ddp.py", "--resume", str(copy), "--num-envs", "1", "--total-timesteps",
-                    "1280", "--check-sync-every", "1")
+    proc = torchrun(
+        "ppo_ddp.py",
+        "--resume",
+        str(copy),
+        "--num-envs",
+        "1",
+        "--total-timesteps",
+        "1280",
+        "--check-sync-every",
+        "1",
+    )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
     assert out.count("resuming") == 1 and "num_envs=1" in out  # rank 0 alone prints
@@ -116,17 +191,23 @@ def test_two_rank_checkpoint_resumes_in_one_process(two_rank_run, tmp_path):
     copy = tmp_path / "checkpoint.pt"
     shutil.copy(next(log_dir.glob("*/checkpoint.pt")), copy)
     # The global batch shrinks from 256 to 128: steps 1024 -> 1280 are two iterations (9 and 10).
-    metrics = ppo_ddp.train(ppo_ddp.parse_args(["--resume", str(copy), "--total-timesteps", "1280",
-                                                "--eval-episodes", "2"]))
+    metrics = ppo_ddp.train(
+        ppo_ddp.parse_args(
+            ["--resume", str(copy), "--total-timesteps", "1280", "--eval-episodes", "2"]
+        )
+    )
     assert metrics["global_step"] == 1280 and np.isfinite(metrics["losses/policy_loss"])
     ckpt = ppo_ddp.load_checkpoint(str(copy))
-    assert ckpt["iteration"] == 10 and ckpt["agent"]["obs_rms.count"].item() == pytest.approx(1e-4 + 1280)
+    assert ckpt["iteration"] == 10 and ckpt["agent"]["obs_rms.count"].item() == pytest.approx(
+        1e-4 + 1280
+    )
 
 
 BYPASS_DDP = """
 import ppo_ddp, tyro
 original = ppo_ddp.ppo_loss
-# The bug the check is there for: the update's forward pass skips the DDP wrapper, so the gradients stay local.
+# The bug the check is there for: the update's forward pass skips the DDP wrapper, so the
+# gradients stay local.
 ppo_ddp.ppo_loss = lambda agent, *rest: original(agent.module, *rest)
 ppo_ddp.train(tyro.cli(ppo_ddp.Args))
 """
@@ -135,7 +216,16 @@ ppo_ddp.train(tyro.cli(ppo_ddp.Args))
 def test_forward_pass_around_ddp_is_caught_by_the_sync_check(tmp_path):
     driver = tmp_path / "bypass_ddp.py"
     driver.write_text(BYPASS_DDP)
-    proc = torchrun(str(driver), *SMALL, "--total-timesteps", "512", "--check-sync-every", "1", "--log-dir", str(tmp_path))
+    proc = torchrun(
+        str(driver),
+        *SMALL,
+        "--total-timesteps",
+        "512",
+        "--check-sync-every",
+        "1",
+        "--log-dir",
+        str(tmp_path),
+    )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode != 0
     assert "parameters out of sync: 1 of 2 ranks differ from rank 0" in err
@@ -173,8 +263,9 @@ def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(tmp_p
     driver = tmp_path / "late_collective.py"
     driver.write_text(LATE_COLLECTIVE)
     steps = "512" if ending == "end" else "1000000"
-    proc = torchrun(str(driver), "ppo_ddp.py", *SMALL, "--total-timesteps", steps,
-                    "--log-dir", str(tmp_path))
+    proc = torchrun(
+        str(driver), "ppo_ddp.py", *SMALL, "--total-timesteps", steps, "--log-dir", str(tmp_path)
+    )
     try:
         if ending == "ctrl_c":  # leaves through SystemExit, whose traceback keeps train()'s frame
             deadline = time.time() + 120
@@ -207,7 +298,9 @@ def child_with_rank(parent: int, rank: int) -> int:
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the worker through /proc")
 def test_a_killed_rank_brings_the_job_down_without_hanging(tmp_path):
-    proc = torchrun("ppo_ddp.py", *SMALL, "--total-timesteps", "1000000", "--log-dir", str(tmp_path))
+    proc = torchrun(
+        "ppo_ddp.py", *SMALL, "--total-timesteps", "1000000", "--log-dir", str(tmp_path)
+    )
     deadline = time.time() + 120
     while "iter 2/" not in proc.stdout.readline():
         assert time.time() < deadline and proc.poll() is None
@@ -225,7 +318,9 @@ def test_a_killed_rank_brings_the_job_down_without_hanging(tmp_path):
 def test_ctrl_c_stops_every_rank_at_the_same_iteration_and_saves(tmp_path):
     # torchrun passes SIGINT on to each rank; the ranks agree on the iteration to stop at, so none
     # waits in an all-reduce for one that has left, and rank 0 saves.
-    proc = torchrun("ppo_ddp.py", *SMALL, "--total-timesteps", "1000000", "--log-dir", str(tmp_path))
+    proc = torchrun(
+        "ppo_ddp.py", *SMALL, "--total-timesteps", "1000000", "--log-dir", str(tmp_path)
+    )
     deadline = time.time() + 120
     while "iter 2/" not in proc.stdout.readline():
         assert time.time() < deadline and proc.poll() is None
@@ -238,7 +333,10 @@ def test_ctrl_c_stops_every_rank_at_the_same_iteration_and_saves(tmp_path):
     assert "resume with --resume" in err
     ckpt = ppo_ddp.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
     global_batch = 2 * 2 * 64  # ranks x envs x steps (SMALL)
-    assert ckpt["global_step"] >= 2 * global_batch and ckpt["global_step"] == ckpt["iteration"] * global_batch
+    assert (
+        ckpt["global_step"] >= 2 * global_batch
+        and ckpt["global_step"] == ckpt["iteration"] * global_batch
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,8 +345,17 @@ def test_ctrl_c_stops_every_rank_at_the_same_iteration_and_saves(tmp_path):
 @pytest.mark.slow
 def test_two_ranks_learn_inverted_pendulum(tmp_path):
     # 4 envs per rank: the global batch of 2 x 4 x 256 = 2048 steps is the single-process default.
-    proc = torchrun("ppo_ddp.py", "--env-id", "InvertedPendulum-v5", "--total-timesteps", "150000", "--num-envs", "4",
-                    "--log-dir", str(tmp_path))
+    proc = torchrun(
+        "ppo_ddp.py",
+        "--env-id",
+        "InvertedPendulum-v5",
+        "--total-timesteps",
+        "150000",
+        "--num-envs",
+        "4",
+        "--log-dir",
+        str(tmp_path),
+    )
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-1500:] + err[-3000:]  # where it stopped, and why
     eval_return = float(re.search(r"deterministic eval over 10 episodes: (-?[\d.]+)", out).group(1))

@@ -21,8 +21,11 @@ from toy_envs import CountsSteps
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Walker2d-v5: terminates and truncates, and has a left-right symmetry (ppo_symaug needs one).
 ENV_ID = "Walker2d-v5"
-SCRIPTS = [name for name in ("ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp")
-           if os.path.exists(os.path.join(ROOT, f"{name}.py"))]
+SCRIPTS = [
+    name
+    for name in ("ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp")
+    if os.path.exists(os.path.join(ROOT, f"{name}.py"))
+]
 
 
 @pytest.fixture(scope="module", params=SCRIPTS)
@@ -35,7 +38,8 @@ def ppo(request):
 # GAE
 # ---------------------------------------------------------------------------------------------
 def gae_reference(rewards, values, next_values, terminated, dones, gamma, lam):
-    """GAE written as the textbook double loop: A_t = sum_k (gamma lam)^k delta_{t+k} within an episode."""
+    """GAE written as the textbook double loop: A_t = sum_k (gamma lam)^k delta_{t+k} within an
+    episode."""
     T, N = rewards.shape
     adv = np.zeros((T, N))
     for n in range(N):
@@ -62,7 +66,9 @@ def test_gae_matches_plain_loop_with_terminations_and_truncations(ppo):
     dones = np.maximum(terminated, truncated)
     expected = gae_reference(rewards, values, next_values, terminated, dones, 0.97, 0.9)
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    adv, ret = ppo.compute_gae(t(rewards), t(values), t(next_values), t(terminated), t(dones), 0.97, 0.9)
+    adv, ret = ppo.compute_gae(
+        t(rewards), t(values), t(next_values), t(terminated), t(dones), 0.97, 0.9
+    )
     np.testing.assert_allclose(adv.numpy(), expected, atol=1e-12)
     np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-12)
 
@@ -110,8 +116,9 @@ def test_clipped_surrogate_matches_the_formula_and_stops_outside_the_range(name)
         logprobs = agent.get_action_and_value(obs, actions)[1]
     # The gradient with respect to the old log-probs is -dL/dr * r: it is zero where dL/dr is.
     old_logprobs = (logprobs - ratios.log()).requires_grad_(True)
-    _, _, ratio, _, _, terms = call_ppo_loss(script, agent, obs, actions, old_logprobs, advantages,
-                                             args)
+    _, _, ratio, _, _, terms = call_ppo_loss(
+        script, agent, obs, actions, old_logprobs, advantages, args
+    )
     torch.testing.assert_close(ratio.detach(), ratios)
     expected = -torch.min(ratios * advantages, ratios.clamp(1 - low, 1 + high) * advantages).mean()
     torch.testing.assert_close(terms["policy_loss"], expected)
@@ -145,27 +152,41 @@ def test_running_mean_std_over_batches_equals_whole_data(ppo):
     np.testing.assert_allclose(rms.var.numpy(), data.var(0), rtol=1e-4)
 
 
-def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(ppo, tmp_path, monkeypatch):
+def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(
+    ppo, tmp_path, monkeypatch
+):
     """Every minibatch of one update sees the same statistics, and the first one sees the rollout's
     statistics (ratio exactly 1); the count grows by exactly one batch per iteration."""
     seen = []
 
     def recording_loss(agent, obs, actions, old_logprobs, *rest):
         out = original(agent, obs, actions, old_logprobs, *rest)
-        seen.append((agent.obs_rms.count.item(), agent.obs_rms.mean.clone(), out[1].abs().max().item()))
+        seen.append(
+            (agent.obs_rms.count.item(), agent.obs_rms.mean.clone(), out[1].abs().max().item())
+        )
         return out
 
     original = ppo.ppo_loss
     monkeypatch.setattr(ppo, "ppo_loss", recording_loss)
-    args = ppo.Args(env_id=ENV_ID, total_timesteps=3 * 128, num_envs=2, num_steps=64, num_minibatches=4,
-                update_epochs=2, eval_episodes=1, log_dir=str(tmp_path))
+    args = ppo.Args(
+        env_id=ENV_ID,
+        total_timesteps=3 * 128,
+        num_envs=2,
+        num_steps=64,
+        num_minibatches=4,
+        update_epochs=2,
+        eval_episodes=1,
+        log_dir=str(tmp_path),
+    )
     ppo.train(args)
     counts = sorted({c for c, _, _ in seen})
     # One update per iteration, each after the rollout with the same number of observations (one
     # batch of 128, or a multiple of it where a variant also feeds the normalizer augmented copies).
     growth = counts[1] - counts[0]
     assert len(counts) == 3 and counts[0] == pytest.approx(1e-4)
-    assert growth / 128 == pytest.approx(round(growth / 128)) and counts[2] - counts[1] == pytest.approx(growth)
+    assert growth / 128 == pytest.approx(round(growth / 128)) and counts[2] - counts[
+        1
+    ] == pytest.approx(growth)
     for i, (count, mean, _) in enumerate(seen):
         first = next(j for j, (c, _, _) in enumerate(seen) if c == count)
         assert torch.equal(mean, seen[first][1])
@@ -181,15 +202,30 @@ def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(ppo, t
 def allow_toy_env(ppo, monkeypatch):
     """ppo_symaug needs a mirror map of the env: the identity map is a symmetry of every env."""
     if hasattr(ppo, "make_mirror_fns"):
-        monkeypatch.setattr(ppo, "make_mirror_fns", lambda env_id: (lambda obs: obs, lambda act: act))
+        monkeypatch.setattr(
+            ppo, "make_mirror_fns", lambda env_id: (lambda obs: obs, lambda act: act)
+        )
 
 
 def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch):
     allow_toy_env(ppo, monkeypatch)
     gamma = 0.9
-    args = ppo.Args(env_id="toy_envs:AlwaysTruncates-v0", total_timesteps=40_000, num_envs=4, num_steps=50, num_minibatches=2,
-                update_epochs=4, gamma=gamma, gae_lambda=0.95, norm_reward=False, norm_obs=False,
-                critic_learning_rate=3e-3, anneal_lr=False, eval_episodes=1, log_dir=str(tmp_path))
+    args = ppo.Args(
+        env_id="toy_envs:AlwaysTruncates-v0",
+        total_timesteps=40_000,
+        num_envs=4,
+        num_steps=50,
+        num_minibatches=2,
+        update_epochs=4,
+        gamma=gamma,
+        gae_lambda=0.95,
+        norm_reward=False,
+        norm_obs=False,
+        critic_learning_rate=3e-3,
+        anneal_lr=False,
+        eval_episodes=1,
+        log_dir=str(tmp_path),
+    )
     ppo.train(args)
     ckpt = ppo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
     agent = ppo.Agent(1, 1, args)
@@ -208,8 +244,16 @@ TOY_ENV = "toy_envs:CountsSteps-v0"  # obs = step count 0..5, reward 1, truncate
 
 def toy_args(ppo, log_dir, **overrides):
     # One iteration of 2 envs x 10 steps: both envs are truncated at steps 4 and 9.
-    fields = dict(env_id=TOY_ENV, total_timesteps=20, num_envs=2, num_steps=10, num_minibatches=2,
-                  update_epochs=1, eval_episodes=1, log_dir=str(log_dir))
+    fields = dict(
+        env_id=TOY_ENV,
+        total_timesteps=20,
+        num_envs=2,
+        num_steps=10,
+        num_minibatches=2,
+        update_epochs=1,
+        eval_episodes=1,
+        log_dir=str(log_dir),
+    )
     return ppo.Args(**{**fields, **overrides})
 
 
@@ -225,11 +269,16 @@ def spy_on_train(ppo, monkeypatch) -> dict:
         return seen["optimizers"]
 
     def spy_compute_gae(rewards, values, next_values, terminated, dones, *rest):
-        seen["gae_calls"].append({
-            "rewards": rewards.clone(), "values": values.clone(),
-            "next_values": next_values.clone(), "dones": dones.clone(),
-            "agent": copy.deepcopy(seen["agent"]),
-            "optimizer_states": copy.deepcopy([opt.state_dict() for opt in seen["optimizers"]])})
+        seen["gae_calls"].append(
+            {
+                "rewards": rewards.clone(),
+                "values": values.clone(),
+                "next_values": next_values.clone(),
+                "dones": dones.clone(),
+                "agent": copy.deepcopy(seen["agent"]),
+                "optimizer_states": copy.deepcopy([opt.state_dict() for opt in seen["optimizers"]]),
+            }
+        )
         return compute_gae(rewards, values, next_values, terminated, dones, *rest)
 
     allow_toy_env(ppo, monkeypatch)
@@ -294,8 +343,16 @@ def test_resume_restores_the_optimizer_state(ppo, tmp_path, monkeypatch):
 # End to end on Walker2d: finite losses, diagnostics, checkpoints, reproducibility
 # ---------------------------------------------------------------------------------------------
 def short_args(ppo, tmp_path, **overrides):
-    fields = dict(env_id=ENV_ID, total_timesteps=2048, num_envs=4, num_steps=256, num_minibatches=4,
-                  update_epochs=2, eval_episodes=2, log_dir=str(tmp_path))
+    fields = dict(
+        env_id=ENV_ID,
+        total_timesteps=2048,
+        num_envs=4,
+        num_steps=256,
+        num_minibatches=4,
+        update_epochs=2,
+        eval_episodes=2,
+        log_dir=str(tmp_path),
+    )
     return ppo.Args(**{**fields, **overrides})
 
 
@@ -308,12 +365,32 @@ def short_run(ppo, tmp_path_factory):
 
 def test_short_run_has_finite_losses_and_all_diagnostics(ppo, short_run):
     metrics, _ = short_run
-    for tag in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/old_approx_kl",
-                "losses/clipfrac", "losses/clipfrac_high", "losses/clipfrac_low", "losses/explained_variance",
-                "losses/actor_grad_norm", "losses/critic_grad_norm", "losses/ratio_dev_mean", "losses/ratio_dev_max",
-                "losses/ratio_outside_frac", "charts/advantage_mean", "charts/advantage_std", "charts/value_mean",
-                "charts/policy_std", "charts/policy_gain", "charts/actor_effective_rank", "charts/SPS",
-                "charts/learning_rate", "charts/episodic_return", "eval/episodic_return"):
+    for tag in (
+        "losses/policy_loss",
+        "losses/value_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/old_approx_kl",
+        "losses/clipfrac",
+        "losses/clipfrac_high",
+        "losses/clipfrac_low",
+        "losses/explained_variance",
+        "losses/actor_grad_norm",
+        "losses/critic_grad_norm",
+        "losses/ratio_dev_mean",
+        "losses/ratio_dev_max",
+        "losses/ratio_outside_frac",
+        "charts/advantage_mean",
+        "charts/advantage_std",
+        "charts/value_mean",
+        "charts/policy_std",
+        "charts/policy_gain",
+        "charts/actor_effective_rank",
+        "charts/SPS",
+        "charts/learning_rate",
+        "charts/episodic_return",
+        "eval/episodic_return",
+    ):
         assert np.isfinite(metrics[tag]), tag
     assert metrics["global_step"] == 2048
     assert 1.0 <= metrics["charts/actor_effective_rank"] <= 64
@@ -325,7 +402,12 @@ def test_tensorboard_has_cleanrl_tags(ppo, short_run):
     _, ckpt_path = short_run
     events = EventAccumulator(str(ckpt_path.parent)).Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"charts/episodic_return", "charts/SPS", "losses/approx_kl", "eval/episodic_return"} <= tags
+    assert {
+        "charts/episodic_return",
+        "charts/SPS",
+        "losses/approx_kl",
+        "eval/episodic_return",
+    } <= tags
     assert "hyperparameters/text_summary" in events.Tags()["tensors"]
 
 
@@ -362,9 +444,21 @@ def test_same_seed_gives_identical_runs(ppo, tmp_path):
 
 def test_options_train_with_finite_losses(ppo, tmp_path):
     """Muon, adaptive learning rate, asymmetric clip, value clipping, deep actor: all train."""
-    metrics = ppo.train(short_args(ppo, tmp_path, total_timesteps=1024, optimizer="muon", desired_kl=0.01, clip_low=0.2,
-                                   clip_high=0.28, clip_vloss=True, actor_layers=(32, 32, 32), critic_learning_rate=1e-3,
-                                   target_kl=0.05))
+    metrics = ppo.train(
+        short_args(
+            ppo,
+            tmp_path,
+            total_timesteps=1024,
+            optimizer="muon",
+            desired_kl=0.01,
+            clip_low=0.2,
+            clip_high=0.28,
+            clip_vloss=True,
+            actor_layers=(32, 32, 32),
+            critic_learning_rate=1e-3,
+            target_kl=0.05,
+        )
+    )
     assert all(np.isfinite(v) for v in metrics.values())
 
 
@@ -380,7 +474,9 @@ def test_gaussian_kl_matches_torch(ppo):
     rng = torch.Generator().manual_seed(0)
     m0, m1 = torch.randn(5, 3, generator=rng), torch.randn(5, 3, generator=rng)
     s0, s1 = torch.rand(5, 3, generator=rng) + 0.1, torch.rand(5, 3, generator=rng) + 0.1
-    expected = torch.distributions.kl_divergence(torch.distributions.Normal(m0, s0), torch.distributions.Normal(m1, s1)).sum(-1)
+    expected = torch.distributions.kl_divergence(
+        torch.distributions.Normal(m0, s0), torch.distributions.Normal(m1, s1)
+    ).sum(-1)
     torch.testing.assert_close(ppo.gaussian_kl(m0, s0, m1, s1), expected)
 
 
@@ -423,15 +519,18 @@ def test_evaluate_acts_with_the_mean_of_the_policy(name):
 # ---------------------------------------------------------------------------------------------
 # Bad input: one line, exit code != 0, no traceback
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("overrides, message", [
-    (dict(env_id="NoSuchEnv-v0"), "unknown env id"),
-    (dict(env_id="CartPole-v1"), "Discrete action space"),
-    (dict(num_minibatches=3), "not divisible"),
-    (dict(num_envs=0), "--num-envs must be positive"),
-    (dict(total_timesteps=-5), "--total-timesteps must be positive"),
-    (dict(resume="/no/such/checkpoint.pt"), "checkpoint not found"),
-    (dict(eval_checkpoint="/no/such/checkpoint.pt"), "checkpoint not found"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(env_id="NoSuchEnv-v0"), "unknown env id"),
+        (dict(env_id="CartPole-v1"), "Discrete action space"),
+        (dict(num_minibatches=3), "not divisible"),
+        (dict(num_envs=0), "--num-envs must be positive"),
+        (dict(total_timesteps=-5), "--total-timesteps must be positive"),
+        (dict(resume="/no/such/checkpoint.pt"), "checkpoint not found"),
+        (dict(eval_checkpoint="/no/such/checkpoint.pt"), "checkpoint not found"),
+    ],
+)
 def test_bad_input_is_refused_clearly(ppo, tmp_path, overrides, message):
     with pytest.raises(SystemExit, match=message):
         ppo.train(short_args(ppo, tmp_path, **overrides))
@@ -448,17 +547,37 @@ def test_checkpoint_of_another_script_or_env_is_refused(ppo, short_run, tmp_path
 
 
 def test_command_line_error_has_no_traceback(ppo):
-    result = subprocess.run([sys.executable, f"{ppo.__name__}.py", "--env-id", "NoSuchEnv-v0"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, f"{ppo.__name__}.py", "--env-id", "NoSuchEnv-v0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().startswith("error: unknown env id")
 
 
 def test_ctrl_c_saves_a_checkpoint_and_exits(ppo, tmp_path):
-    proc = subprocess.Popen([sys.executable, f"{ppo.__name__}.py", "--num-envs", "2", "--num-steps", "64",
-                             "--num-minibatches", "2", "--log-dir", str(tmp_path)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            f"{ppo.__name__}.py",
+            "--num-envs",
+            "2",
+            "--num-steps",
+            "64",
+            "--num-minibatches",
+            "2",
+            "--log-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while "iter 2/" not in proc.stdout.readline():
         assert time.time() < deadline and proc.poll() is None
@@ -472,8 +591,8 @@ def test_ctrl_c_saves_a_checkpoint_and_exits(ppo, tmp_path):
 
 @pytest.mark.parametrize("name", SCRIPTS + ["appo_vtrace"])
 def test_first_ctrl_c_sets_a_flag_and_a_second_interrupts_at_once(name):
-    # The first Ctrl-C must not raise: a KeyboardInterrupt that lands inside TensorBoard's writer left
-    # its close() waiting forever (in 2 of 32 runs of the Ctrl-C test above).
+    # The first Ctrl-C must not raise: a KeyboardInterrupt that lands inside TensorBoard's writer
+    # left its close() waiting forever (in 2 of 32 runs of the Ctrl-C test above).
     script = importlib.import_module(name)
     ctrl_c = threading.Event()
     previous = script.catch_ctrl_c(ctrl_c)
@@ -488,8 +607,17 @@ def test_first_ctrl_c_sets_a_flag_and_a_second_interrupts_at_once(name):
 
 def test_train_restores_the_ctrl_c_handler(ppo, tmp_path):
     before = signal.getsignal(signal.SIGINT)
-    ppo.train(ppo.Args(env_id="InvertedPendulum-v5", total_timesteps=256, num_envs=2, num_steps=64,
-                       num_minibatches=2, eval_episodes=1, log_dir=str(tmp_path)))
+    ppo.train(
+        ppo.Args(
+            env_id="InvertedPendulum-v5",
+            total_timesteps=256,
+            num_envs=2,
+            num_steps=64,
+            num_minibatches=2,
+            eval_episodes=1,
+            log_dir=str(tmp_path),
+        )
+    )
     assert signal.getsignal(signal.SIGINT) is before
 
 
@@ -498,7 +626,9 @@ def test_train_restores_the_ctrl_c_handler(ppo, tmp_path):
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_learns_inverted_pendulum(ppo, tmp_path):
-    metrics = ppo.train(ppo.Args(env_id="InvertedPendulum-v5", total_timesteps=150_000, log_dir=str(tmp_path)))
+    metrics = ppo.train(
+        ppo.Args(env_id="InvertedPendulum-v5", total_timesteps=150_000, log_dir=str(tmp_path))
+    )
     assert metrics["eval/episodic_return"] >= 900
 
 
@@ -527,7 +657,9 @@ def test_l2c2_is_zero_for_a_constant_actor_and_positive_for_a_varying_one(ppo):
 
 
 def test_extra_losses_train_and_are_logged(ppo, tmp_path):
-    metrics = ppo.train(short_args(ppo, tmp_path, total_timesteps=1024, bounds_loss_coef=1.0, l2c2_coef=0.1))
+    metrics = ppo.train(
+        short_args(ppo, tmp_path, total_timesteps=1024, bounds_loss_coef=1.0, l2c2_coef=0.1)
+    )
     assert np.isfinite(metrics["losses/bounds_loss"]) and metrics["losses/l2c2_loss"] > 0
     plain = ppo.train(short_args(ppo, tmp_path, total_timesteps=1024))
     assert "losses/bounds_loss" not in plain and "losses/l2c2_loss" not in plain
@@ -536,8 +668,16 @@ def test_extra_losses_train_and_are_logged(ppo, tmp_path):
 def test_capture_video_writes_a_playable_mp4(ppo, tmp_path):
     import imageio.v3 as iio
 
-    ppo.train(short_args(ppo, tmp_path, total_timesteps=1024, capture_video=True, video_dir=str(tmp_path / "videos"),
-                         eval_episodes=1))
+    ppo.train(
+        short_args(
+            ppo,
+            tmp_path,
+            total_timesteps=1024,
+            capture_video=True,
+            video_dir=str(tmp_path / "videos"),
+            eval_episodes=1,
+        )
+    )
     videos = list((tmp_path / "videos").glob("*/eval_step1024.mp4"))
     assert len(videos) == 1 and videos[0].stat().st_size > 1000
     frames = iio.imread(videos[0])
@@ -552,8 +692,20 @@ def test_rendering_failure_is_one_line_and_training_continues(ppo, tmp_path, mon
         raise RuntimeError("Failed to initialize OpenGL\nsecond line")
 
     monkeypatch.setattr(mujoco_rendering.MujocoRenderer, "render", broken)
-    metrics = ppo.train(short_args(ppo, tmp_path, total_timesteps=1024, capture_video=True,
-                                   video_dir=str(tmp_path / "videos"), eval_episodes=1))
+    metrics = ppo.train(
+        short_args(
+            ppo,
+            tmp_path,
+            total_timesteps=1024,
+            capture_video=True,
+            video_dir=str(tmp_path / "videos"),
+            eval_episodes=1,
+        )
+    )
     warning = [line for line in capsys.readouterr().err.splitlines() if "--capture-video" in line]
-    assert len(warning) == 1 and "Failed to initialize OpenGL" in warning[0] and "MUJOCO_GL=egl" in warning[0]
+    assert (
+        len(warning) == 1
+        and "Failed to initialize OpenGL" in warning[0]
+        and "MUJOCO_GL=egl" in warning[0]
+    )
     assert np.isfinite(metrics["eval/episodic_return"]) and not (tmp_path / "videos").exists()

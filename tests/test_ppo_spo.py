@@ -61,13 +61,17 @@ def test_loss_and_gradient_match_an_independent_formula(per_sample):
     ratio, adv = np.exp(rng.normal(0, 0.3, n)), rng.normal(0, 2, n)
     eps = rng.uniform(0.05, 0.4, n) if per_sample else 0.2
     eps_arr = np.broadcast_to(eps, (n,))
-    expected = -sum(r * a - abs(a) / (2 * e) * (r - 1) ** 2 for r, a, e in zip(ratio, adv, eps_arr)) / n
+    expected = (
+        -sum(r * a - abs(a) / (2 * e) * (r - 1) ** 2 for r, a, e in zip(ratio, adv, eps_arr)) / n
+    )
     expected_grad = -(adv - np.abs(adv) * (ratio - 1) / eps_arr) / n  # d/dr, written out by hand
     eps_arg = torch.as_tensor(eps) if per_sample else eps
     loss = ppo_spo.spo_loss(torch.as_tensor(ratio), torch.as_tensor(adv), eps_arg)
     assert loss.shape == ()
     assert loss.item() == pytest.approx(expected, rel=1e-12)
-    np.testing.assert_allclose(ratio_grad(ratio, adv, eps_arg).numpy(), expected_grad, rtol=1e-10, atol=1e-15)
+    np.testing.assert_allclose(
+        ratio_grad(ratio, adv, eps_arg).numpy(), expected_grad, rtol=1e-10, atol=1e-15
+    )
 
 
 def test_ppo_loss_uses_spo_with_eps_high_for_positive_and_eps_low_for_negative_advantages():
@@ -77,9 +81,13 @@ def test_ppo_loss_uses_spo_with_eps_high_for_positive_and_eps_low_for_negative_a
     obs, actions = torch.randn(64, 3), torch.randn(64, 2)
     with torch.no_grad():
         _, logprob, _, value, _, _ = agent.get_action_and_value(obs, actions)
-    old_logprobs = logprob + 0.3 * torch.randn(64)  # ratios spread on both sides of the trust region
+    old_logprobs = logprob + 0.3 * torch.randn(
+        64
+    )  # ratios spread on both sides of the trust region
     adv, returns = torch.randn(64), torch.randn(64)
-    loss, _, ratio, _, _, terms = ppo_spo.ppo_loss(agent, obs, actions, old_logprobs, adv, returns, value, args)
+    loss, _, ratio, _, _, terms = ppo_spo.ppo_loss(
+        agent, obs, actions, old_logprobs, adv, returns, value, args
+    )
     norm_adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     eps = torch.where(norm_adv > 0, 0.3, 0.1)
     torch.testing.assert_close(terms["policy_loss"], ppo_spo.spo_loss(ratio, norm_adv, eps))

@@ -23,14 +23,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S_Y = np.diag([1.0, -1.0, 1.0])  # mirror by the plane y = 0 (left <-> right)
 S_X = np.diag([-1.0, 1.0, 1.0])  # mirror by the plane x = 0 (the cart-poles move along x)
 LIMBS = ("hip_x", "hip_z", "hip_y", "knee", "shoulder1", "shoulder2", "elbow")
-# The reflection and the joint partners (by name, from the XML); unnamed joints are their own partner.
+# The reflection and the joint partners (by name, from the XML); unnamed joints are their own
+# partner.
 MIRRORS = {
     "InvertedPendulum-v5": (S_X, {}),
     "InvertedDoublePendulum-v5": (S_X, {}),
     "Swimmer-v5": (S_Y, {}),
     # Both legs lie in the plane y = 0: the reflection is the identity and the symmetry swaps them.
-    "Walker2d-v5": (S_Y, {"thigh_joint": "thigh_left_joint", "leg_joint": "leg_left_joint", "foot_joint": "foot_left_joint"}),
-    "Ant-v5": (S_Y, {"hip_1": "hip_4", "ankle_1": "ankle_4", "hip_2": "hip_3", "ankle_2": "ankle_3"}),
+    "Walker2d-v5": (
+        S_Y,
+        {
+            "thigh_joint": "thigh_left_joint",
+            "leg_joint": "leg_left_joint",
+            "foot_joint": "foot_left_joint",
+        },
+    ),
+    "Ant-v5": (
+        S_Y,
+        {"hip_1": "hip_4", "ankle_1": "ankle_4", "hip_2": "hip_3", "ankle_2": "ankle_3"},
+    ),
     "Humanoid-v5": (S_Y, {f"right_{j}": f"left_{j}" for j in LIMBS}),
 }
 ENV_IDS = list(MIRRORS)
@@ -49,16 +60,27 @@ def make_symmetric(env_id: str, model: mujoco.MjModel):
         model.opt.gravity[0] = 0.0  # the XML has gravity="1e-5 0 -9.81"
     if env_id == "Humanoid-v5":
         # right_hip_y has armature 0.008 (left: 0.01); left_knee has stiffness 1 (right: 0).
-        model.dof_armature[model.joint("right_hip_y").dofadr[0]] = model.dof_armature[model.joint("left_hip_y").dofadr[0]]
-        model.jnt_stiffness[model.joint("left_knee").id] = model.jnt_stiffness[model.joint("right_knee").id]
-        mujoco.mj_setConst(model, mujoco.MjData(model))  # dof_invweight0 (constraint softness) depends on armature
+        model.dof_armature[model.joint("right_hip_y").dofadr[0]] = model.dof_armature[
+            model.joint("left_hip_y").dofadr[0]
+        ]
+        model.jnt_stiffness[model.joint("left_knee").id] = model.jnt_stiffness[
+            model.joint("right_knee").id
+        ]
+        # dof_invweight0 (constraint softness) depends on armature
+        mujoco.mj_setConst(model, mujoco.MjData(model))
         # PGS stops after 50 sweeps over the contacts in list order, and the mirror lists the left
-        # foot's contacts where the right foot's were: the unconverged result differs by ~1e-3 within
-        # 10 steps. Solved to convergence, the mirrored contact forces agree to ~1e-11.
+        # foot's contacts where the right foot's were: the unconverged result differs by ~1e-3
+        # within 10 steps. Solved to convergence, the mirrored contact forces agree to ~1e-11.
         model.opt.iterations, model.opt.tolerance = 1000, 0.0
 
 
-def mirror_state(model: mujoco.MjModel, qpos: np.ndarray, qvel: np.ndarray, reflection: np.ndarray, partners: dict):
+def mirror_state(
+    model: mujoco.MjModel,
+    qpos: np.ndarray,
+    qvel: np.ndarray,
+    reflection: np.ndarray,
+    partners: dict,
+):
     """qpos, qvel of the mirror image, derived from the joint geometry at the reference pose.
 
     Under a reflection S a hinge of axis a turns about an axial vector, mirrored to -S a: if the
@@ -72,13 +94,26 @@ def mirror_state(model: mujoco.MjModel, qpos: np.ndarray, qvel: np.ndarray, refl
     for j in range(model.njnt):
         name = model.joint(j).name
         p = model.joint(partners.get(name, name)).id
-        qa, qb, va, vb = model.jnt_qposadr[j], model.jnt_qposadr[p], model.jnt_dofadr[j], model.jnt_dofadr[p]
+        qa, qb, va, vb = (
+            model.jnt_qposadr[j],
+            model.jnt_qposadr[p],
+            model.jnt_dofadr[j],
+            model.jnt_dofadr[p],
+        )
         if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
-            new_qpos[qb:qb + 3] = reflection @ qpos[qa:qa + 3]
-            new_qpos[qb + 3], new_qpos[qb + 4:qb + 7] = qpos[qa + 3], -reflection @ qpos[qa + 4:qa + 7]
-            new_qvel[vb:vb + 3], new_qvel[vb + 3:vb + 6] = reflection @ qvel[va:va + 3], -reflection @ qvel[va + 3:va + 6]
+            new_qpos[qb : qb + 3] = reflection @ qpos[qa : qa + 3]
+            new_qpos[qb + 3], new_qpos[qb + 4 : qb + 7] = (
+                qpos[qa + 3],
+                -reflection @ qpos[qa + 4 : qa + 7],
+            )
+            new_qvel[vb : vb + 3], new_qvel[vb + 3 : vb + 6] = (
+                reflection @ qvel[va : va + 3],
+                -reflection @ qvel[va + 3 : va + 6],
+            )
             continue
-        np.testing.assert_allclose(ref.xanchor[p], reflection @ ref.xanchor[j], atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(
+            ref.xanchor[p], reflection @ ref.xanchor[j], atol=1e-12, err_msg=name
+        )
         s = ref.xaxis[p] @ reflection @ ref.xaxis[j]
         assert abs(abs(s) - 1.0) < 1e-12, f"{name}: the partner's axis is not +-S times this one's"
         sign = np.sign(s) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_SLIDE else -np.sign(s)
@@ -100,7 +135,10 @@ def test_mirror_maps_match_the_simulator(env_id):
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     qpos, qvel = env.data.qpos.copy(), env.data.qvel.copy() + rng.normal(0.0, 0.1, env.model.nv)
-    for e, state in ((env, (qpos, qvel)), (twin, mirror_state(env.model, qpos, qvel, reflection, partners))):
+    for e, state in (
+        (env, (qpos, qvel)),
+        (twin, mirror_state(env.model, qpos, qvel, reflection, partners)),
+    ):
         mujoco.mj_resetData(e.model, e.data)  # also the solver's warm start
         e.set_state(*state)
         mujoco.mj_rnePostConstraint(e.model, e.data)  # cfrc_ext, as after a step
@@ -127,26 +165,44 @@ def test_mirror_maps_are_involutions_and_commute_with_action_scaling(env_id):
     env = gym.make(env_id)
     obs_dim, space = env.observation_space.shape[0], env.action_space
     env.close()
-    obs, act = torch.randn(5, obs_dim, dtype=torch.float64), torch.randn(5, space.shape[0], dtype=torch.float64)
-    assert torch.equal(mirror_obs(mirror_obs(obs)), obs) and torch.equal(mirror_act(mirror_act(act)), act)
+    obs, act = (
+        torch.randn(5, obs_dim, dtype=torch.float64),
+        torch.randn(5, space.shape[0], dtype=torch.float64),
+    )
+    assert torch.equal(mirror_obs(mirror_obs(obs)), obs) and torch.equal(
+        mirror_act(mirror_act(act)), act
+    )
     assert not torch.equal(mirror_obs(obs), obs)
     # The policy acts in [-1, 1], the env in [low, high]: mirroring before or after scale_action
     # must agree, so that mirror_act can be applied to the policy's actions and means.
     a = act.clamp(-1, 1).numpy()
-    np.testing.assert_allclose(ps.scale_action(mirror_act(t64(a)).numpy(), space),
-                               mirror_act(t64(ps.scale_action(a, space))).numpy(), atol=1e-12)
+    np.testing.assert_allclose(
+        ps.scale_action(mirror_act(t64(a)).numpy(), space),
+        mirror_act(t64(ps.scale_action(a, space))).numpy(),
+        atol=1e-12,
+    )
 
 
 def test_unsupported_env_is_one_line_error_before_training(tmp_path):
-    with pytest.raises(SystemExit, match=r"^error: no mirror map for Hopper-v5; supported: InvertedPendulum-v5.*Humanoid-v5$"):
+    with pytest.raises(
+        SystemExit,
+        match=r"^error: no mirror map for Hopper-v5; supported: InvertedPendulum-v5.*Humanoid-v5$",
+    ):
         ps.make_mirror_fns("Hopper-v5")
     with pytest.raises(SystemExit, match="no mirror map for Hopper-v5"):
         ps.train(ps.Args(env_id="Hopper-v5", log_dir=str(tmp_path)))
     assert not list(tmp_path.iterdir()), "no run directory: it failed before training"
-    result = subprocess.run([sys.executable, "ppo_symaug.py", "--env-id", "Hopper-v5"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "ppo_symaug.py", "--env-id", "Hopper-v5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: no mirror map")
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith(
+        "error: no mirror map"
+    )
 
 
 def test_augment_minibatch_doubles_and_copies():
@@ -154,7 +210,9 @@ def test_augment_minibatch_doubles_and_copies():
     n = 6
     obs, actions = torch.randn(n, 17), torch.randn(n, 6)
     logprobs, advantages, returns, values = torch.randn(4, n)
-    out = ps.augment_minibatch(obs, actions, logprobs, advantages, returns, values, mirror_obs, mirror_act)
+    out = ps.augment_minibatch(
+        obs, actions, logprobs, advantages, returns, values, mirror_obs, mirror_act
+    )
     assert [tuple(x.shape) for x in out] == [(2 * n, 17), (2 * n, 6)] + [(2 * n,)] * 4
     assert torch.equal(out[0], torch.cat([obs, mirror_obs(obs)]))
     assert torch.equal(out[1], torch.cat([actions, mirror_act(actions)]))
@@ -174,13 +232,19 @@ def test_ppo_loss_reports_the_original_half_and_adds_the_mirror_loss():
     with torch.no_grad():
         _, logprobs, _, values, _, _ = agent.get_action_and_value(obs, actions)
     batch = (obs, actions, logprobs, torch.randn(n), torch.randn(n), values)
-    loss, logratio, ratio, mean, std, terms = ps.ppo_loss(agent, *batch, args, mirror_obs, mirror_act)
+    loss, logratio, ratio, mean, std, terms = ps.ppo_loss(
+        agent, *batch, args, mirror_obs, mirror_act
+    )
     assert logratio.shape == ratio.shape == (n,) and mean.shape == std.shape == (n, 6)
     assert logratio.abs().max() < 1e-5  # on-policy: the original half reproduces its log-probs
     # symmetry_loss is the symmetry error of the minibatch, logged with coefficient 0 too.
-    assert terms["symmetry_loss"].item() == pytest.approx(ps.symmetry_error(agent, obs, mirror_obs, mirror_act), rel=1e-5)
+    assert terms["symmetry_loss"].item() == pytest.approx(
+        ps.symmetry_error(agent, obs, mirror_obs, mirror_act), rel=1e-5
+    )
     assert terms["symmetry_loss"].item() > 0
-    loss_with, *_ = ps.ppo_loss(agent, *batch, ps.Args(norm_obs=False, mirror_loss_coef=2.0), mirror_obs, mirror_act)
+    loss_with, *_ = ps.ppo_loss(
+        agent, *batch, ps.Args(norm_obs=False, mirror_loss_coef=2.0), mirror_obs, mirror_act
+    )
     assert (loss_with - loss).item() == pytest.approx(2.0 * terms["symmetry_loss"].item(), rel=1e-4)
     # The mirrored half starts off-policy where the actor is not symmetric: its copied old
     # log-probabilities are not pi_old's at the mirrored samples. Its KL and clip fraction say
@@ -212,8 +276,9 @@ def test_policy_loss_gives_the_mirrored_half_the_same_advantage():
     old_logprobs = logprobs + 0.3 * torch.randn(n)  # ratios on both sides of the clip range
     advantages = torch.randn(n)
     zeros = torch.zeros(n)  # returns and old values: the value loss plays no part here
-    terms = ps.ppo_loss(agent, obs, actions, old_logprobs, advantages, zeros, zeros, args,
-                        mirror_obs, mirror_act)[5]
+    terms = ps.ppo_loss(
+        agent, obs, actions, old_logprobs, advantages, zeros, zeros, args, mirror_obs, mirror_act
+    )[5]
     ratio = (both_logprobs - torch.cat([old_logprobs, old_logprobs])).exp()
     adv = torch.cat([advantages, advantages])
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -237,10 +302,21 @@ def test_symmetry_error_is_zero_for_a_symmetric_actor_of_either_script():
 
 
 def test_short_run_logs_symmetry_and_keeps_the_normalizer_mirror_invariant(tmp_path):
-    args = ps.Args(env_id="Walker2d-v5", total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2,
-                   update_epochs=2, eval_episodes=1, mirror_loss_coef=1.0, log_dir=str(tmp_path))
+    args = ps.Args(
+        env_id="Walker2d-v5",
+        total_timesteps=256,
+        num_envs=2,
+        num_steps=64,
+        num_minibatches=2,
+        update_epochs=2,
+        eval_episodes=1,
+        mirror_loss_coef=1.0,
+        log_dir=str(tmp_path),
+    )
     metrics = ps.train(args)
-    assert np.isfinite(metrics["losses/symmetry_loss"]) and np.isfinite(metrics["charts/symmetry_error"])
+    assert np.isfinite(metrics["losses/symmetry_loss"]) and np.isfinite(
+        metrics["charts/symmetry_error"]
+    )
     ckpt = ps.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
     agent = ps.Agent(17, 6, args)
     agent.load_state_dict(ckpt["agent"])
@@ -249,4 +325,6 @@ def test_short_run_logs_symmetry_and_keeps_the_normalizer_mirror_invariant(tmp_p
     torch.testing.assert_close(mirror_obs(rms.mean), rms.mean, atol=1e-9, rtol=0)
     torch.testing.assert_close(mirror_obs(rms.var).abs(), rms.var, atol=1e-9, rtol=0)
     obs = torch.randn(32, 17) * 3
-    torch.testing.assert_close(agent.normalize(mirror_obs(obs)), mirror_obs(agent.normalize(obs)), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        agent.normalize(mirror_obs(obs)), mirror_obs(agent.normalize(obs)), atol=1e-5, rtol=0
+    )

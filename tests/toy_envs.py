@@ -6,7 +6,8 @@ import numpy as np
 
 
 class AlwaysTruncates(gym.Env):
-    """Reward 1 every step, never terminates, truncated after 5 steps: the true value is 1 / (1 - gamma)."""
+    """Reward 1 every step, never terminates, truncated after 5 steps: the true value is
+    1 / (1 - gamma)."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
     action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
