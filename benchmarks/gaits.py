@@ -1,0 +1,80 @@
+r"""Videos and a side-by-side frame strip of trained policies (e.g. PPO vs symmetry augmentation).
+
+    python benchmarks/gaits.py --output benchmarks/plots/humanoid-gaits.png \
+        --checkpoints benchmarks/runs/Humanoid-v5__bench_ppo_{continuous,symaug}__2__*/checkpoint.pt
+
+For each checkpoint: one episode of the deterministic policy (the script's own evaluate(), seed
+--seed), recorded as videos/gaits/<run>.mp4, and --frames frames of it, evenly spaced over the
+first --seconds seconds, as one row of the PNG (labelled with the script and seed). Rendering is
+MuJoCo's offscreen renderer (without a screen set MUJOCO_GL=egl).
+"""
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+import imageio.v3 as iio
+import matplotlib
+import numpy as np
+import torch
+import tyro
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+@dataclass
+class Args:
+    checkpoints: tuple[str, ...]
+    """checkpoint.pt files of finished runs (one row each)"""
+    output: str = os.path.join(HERE, "plots", "gaits.png")
+    """the PNG with one row of frames per checkpoint"""
+    video_dir: str = os.path.join(os.path.dirname(HERE), "videos", "gaits")
+    """where the MP4 of each episode is written"""
+    frames: int = 8
+    """frames per row"""
+    seconds: float = 4.0
+    """the frames are spread evenly over the first this many seconds of the episode"""
+    seed: int = 10_000
+    """seed of the episode (the scripts' final evaluation uses seed + 10000 too)"""
+
+
+def main(args: Args):
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    rows = []
+    for path in args.checkpoints:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        script = importlib.import_module(ckpt["script"])
+        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt))
+        agent.load_state_dict(ckpt["agent"])
+        run = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        video = os.path.join(args.video_dir, f"{run}.mp4")
+        (episode_return,) = script.evaluate(agent, ckpt["env_id"], 1, args.seed, "cpu", video)
+        frames = iio.imread(video)
+        fps = iio.immeta(video).get("fps", 30)
+        last = min(len(frames) - 1, int(args.seconds * fps))
+        picks = np.linspace(0, last, args.frames).round().astype(int)
+        label = f"{ckpt['script']}.py, seed {ckpt['args']['seed']}: return {episode_return:.0f}"
+        rows.append((label, [frames[i] for i in picks], picks / fps))
+        print(f"{video}: {len(frames)} frames, return {episode_return:.1f}")
+    fig, axes = plt.subplots(len(rows), args.frames, figsize=(2 * args.frames, 1.7 * len(rows)))
+    axes = np.atleast_2d(axes)
+    for r, (label, frames, times) in enumerate(rows):
+        for c, frame in enumerate(frames):
+            axes[r, c].imshow(frame)
+            axes[r, c].set_xticks([])
+            axes[r, c].set_yticks([])
+            axes[r, c].set_xlabel(f"{times[c]:.1f} s", fontsize=8)
+        axes[r, 0].set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    fig.savefig(args.output, dpi=80)
+    print("wrote", args.output)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
