@@ -104,7 +104,7 @@ def test_clipped_surrogate_matches_the_formula_and_stops_outside_the_range(name)
     r < 1 - eps_low with A < 0): max in place of min would push further out there."""
     script = importlib.import_module(name)
     args = script.Args(norm_obs=False, norm_adv=False)
-    low = high = args.clip_coef  # appo_vtrace.py has only the symmetric range
+    low = high = args.clip_coef
     if hasattr(args, "clip_low"):
         args.clip_low, args.clip_high = low, high = 0.2, 0.3
     torch.manual_seed(0)
@@ -337,6 +337,81 @@ def test_resume_restores_the_optimizer_state(ppo, tmp_path, monkeypatch):
         for param, state in before["state"].items():
             for name, value in state.items():
                 assert torch.equal(after["state"][param][name], value), (param, name)
+
+
+class RecordingWriter:
+    """Stands in for TensorBoard's SummaryWriter: keeps (tag, value, step) of every scalar."""
+
+    def __init__(self):
+        self.scalars = []
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, float(value), step))
+
+
+def toy_rollout_and_batch(ppo, monkeypatch, **overrides):
+    """collect_rollout called directly: one rollout of 2 envs x 10 steps of CountsSteps, and the
+    flat batch ppo_update takes (with GAE's advantages and returns)."""
+    allow_toy_env(ppo, monkeypatch)
+    torch.manual_seed(0)
+    args = toy_args(ppo, "unused", **overrides)
+    envs = ppo.make_envs(TOY_ENV, args.num_envs, args.seed)
+    agent = ppo.Agent(1, 1, args)
+    agent.obs_rms.update(torch.arange(6.0)[:, None])  # statistics of the obs 0..5
+    carry = ppo.start_episodes(envs, 100, args, torch.device("cpu"))
+    episodes, writer = [], RecordingWriter()
+    rollout = ppo.collect_rollout(agent, envs, ppo.RunningMeanStd(), carry, episodes, writer, args)
+    envs.close()
+    advantages, returns = ppo.compute_gae(
+        rollout["rewards"], rollout["values"], rollout["next_values"], rollout["terminated"],
+        rollout["dones"], args.gamma, args.gae_lambda,
+    )  # fmt: skip
+    batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
+    batch["advantages"], batch["returns"] = advantages.flatten(), returns.flatten()
+    return agent, args, carry, episodes, writer, rollout, batch
+
+
+def test_collect_rollout_counts_steps_and_episodes_and_bootstraps_from_the_final_obs(
+    ppo, monkeypatch
+):
+    agent, args, carry, episodes, writer, rollout, _ = toy_rollout_and_batch(ppo, monkeypatch)
+    assert carry["step"] == 100 + 20 and carry["obs"].shape == (2, 1)
+    assert episodes == [(5.0, 5)] * 4  # 2 envs x 2 episodes of 5 steps, reward 1
+    # Logged at the step each episode ended: steps 5 and 10 of the rollout, 2 envs per step.
+    assert [s for t, _, s in writer.scalars if t == "charts/episodic_return"] == [110] * 2 + [
+        120
+    ] * 2
+    assert rollout["obs"][:5, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    with torch.no_grad():
+        v_final = agent.get_value(torch.tensor([[5.0]])).item()
+    torch.testing.assert_close(rollout["next_values"][[4, 9]], torch.full((2, 2), v_final))
+    assert rollout["dones"].sum() == 4 and rollout["terminated"].sum() == 0
+
+
+def test_ppo_update_first_minibatch_reproduces_the_rollout_policy(ppo, monkeypatch):
+    """With one minibatch and one epoch the only ratio is that of the rollout's own policy: 1.
+    A second epoch sees the updated policy, so the same statistic must move."""
+    for epochs, moved in ((1, False), (2, True)):
+        agent, args, _, _, _, _, batch = toy_rollout_and_batch(
+            ppo, monkeypatch, num_minibatches=1, update_epochs=epochs
+        )
+        optimizers = ppo.make_optimizers(agent, args)
+        metrics, lr_scale = ppo.ppo_update(agent, optimizers, ppo.ppo_loss, batch, 1.0, args)
+        assert (metrics["losses/ratio_dev_max"] > 1e-4) == moved, epochs
+        assert lr_scale == 1.0  # no desired KL: the caller's schedule alone sets the lr
+
+
+def test_ppo_update_applies_the_desired_kl_rule_after_every_minibatch(ppo, monkeypatch):
+    """A KL far below --desired-kl grows the learning rate by 1.5 per minibatch (rsl_rl rule)."""
+    agent, args, _, _, _, _, batch = toy_rollout_and_batch(
+        ppo, monkeypatch, num_minibatches=2, update_epochs=1, desired_kl=1.0
+    )
+    optimizers = ppo.make_optimizers(agent, args)
+    _, lr_scale = ppo.ppo_update(agent, optimizers, ppo.ppo_loss, batch, 1.0, args)
+    assert lr_scale == pytest.approx(1.5**2)
+    for opt in optimizers:
+        for group in opt.param_groups:
+            assert group["lr"] == pytest.approx(group["initial_lr"] * 1.5**2)
 
 
 # ---------------------------------------------------------------------------------------------
