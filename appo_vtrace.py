@@ -1,18 +1,26 @@
 """Asynchronous PPO with actor processes, V-trace and a target network, in one file (CleanRL style).
 
-ppo_continuous.py alternates: collect a rollout, then learn from it, so one core idles while the
-other works. Here actor processes step their environments all the time and send rollouts to the
-learner, which trains while they act; the learner therefore trains on data from slightly older
-policies (the *policy lag*) and corrects for it:
+Proximal Policy Optimization (Schulman et al. 2017, arXiv:1707.06347) with the details that
+matter on MuJoCo ("The 37 Implementation Details of PPO", Huang et al. 2022), done correctly:
 
-* V-trace (Espeholt et al. 2018, IMPALA, arXiv:1802.01561, eq. 1) turns the off-policy rollouts
-  into value targets v_s and policy-gradient advantages, with truncated importance weights;
+* time-limit truncation bootstraps from the final observation; termination does not;
+* observations are normalized inside the agent, with statistics frozen during rollout and update
+  and saved with every checkpoint; rewards are scaled by the std of the discounted return;
+* actor and critic have their own learning rates and their own gradient clipping.
+
+Asynchronous: actor processes step their envs all the time and send rollouts through pipes to the
+learner, which trains meanwhile and publishes its weights in shared memory. It trains on data of
+slightly older policies (the *policy lag*, in updates) and corrects for it:
+
+* V-trace (Espeholt et al. 2018, IMPALA, arXiv:1802.01561, eq. 1) replaces GAE: value targets and
+  policy-gradient advantages of off-policy rollouts, with truncated importance weights;
 * IMPACT (Luo et al. 2020, arXiv:1912.00167) keeps PPO's clipped surrogate, with the ratio taken
   against a slowly moving *target network*, so that several epochs per batch stay safe.
 
-Everything else (truncation bootstrap, in-agent observation normalization, reward scaling,
-separate actor/critic clipping, checkpoints, evaluation) is ppo_continuous.py's. Runs are not
-bit-reproducible: which actor's rollout arrives first depends on timing.
+Runs are not bit-reproducible: which actor's rollout arrives first depends on timing.
+
+Read top to bottom: Args, env, networks, the algorithm (V-trace, loss, rollout, update, actors),
+checkpoints and evaluation, then train(), the outline of a run.
 
 Run:   python appo_vtrace.py --env-id Hopper-v5
 Help:  python appo_vtrace.py --help
@@ -24,14 +32,13 @@ import gc
 import math
 import os
 import pickle
-import random
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Optional
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -41,7 +48,7 @@ import torch.nn as nn
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
-SCRIPT_NAME = "appo_vtrace"  # stored in checkpoints so that another script's checkpoint is refused
+SCRIPT_NAME = "appo_vtrace"  # saved in checkpoints: another script's checkpoint is refused
 EVAL_SEED_OFFSET = 10_000  # evaluation episodes use seeds the training envs never see
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -59,35 +66,31 @@ class Args:
     log_dir: str = "runs"
     """runs are written to {log_dir}/{env_id}__{exp_name}__{seed}__{time}"""
 
-    # Actors
+    # Algorithm
     env_id: str = "Hopper-v5"
     """id of a gymnasium environment with a Box action space"""
     total_timesteps: int = 1_000_000
-    """total environment steps the learner trains on (over all actors)"""
+    """total environment steps (over all envs)"""
+    learning_rate: float = 3e-4
+    """learning rate of the actor, and of the critic unless --critic-learning-rate is given"""
+    critic_learning_rate: float | None = None
+    """learning rate of the critic; None: the same as --learning-rate"""
     num_actors: int = 1
-    """actor processes; each steps its own vector env with a copy of the policy (1 + the learner fill 2 cores)"""
+    """actor processes, each stepping its own vector env (1 + the learner fill 2 cores)"""
     num_envs: int = 8
-    """environments in each actor's vector env"""
+    """number of parallel environments in the vector env"""
     num_steps: int = 256
     """steps per environment per rollout; one rollout = num_envs * num_steps steps"""
     num_rollouts: int = 1
-    """rollouts per learner update (from whichever actors deliver first); batch = num_rollouts * num_envs * num_steps"""
-
-    # Algorithm
-    learning_rate: float = 3e-4
-    """learning rate of the actor (Adam), and of the critic unless --critic-learning-rate is given"""
-    critic_learning_rate: Optional[float] = None
-    """learning rate of the critic; None: the same as --learning-rate"""
-    weight_decay: float = 0.0
-    """weight decay (L2) of every parameter group of the Adam optimizer"""
+    """rollouts per update, from whichever actors deliver first; batch = num_rollouts * rollout"""
     anneal_lr: bool = True
     """decay the learning rates linearly to 0 over training"""
-    desired_kl: Optional[float] = None
-    """if set, adapt the learning rates to keep the Gaussian KL of each step near this value (rsl_rl rule)"""
+    desired_kl: float | None = None
+    """if set, adapt the learning rates to keep the Gaussian KL near this value (rsl_rl rule)"""
     lr_decrease_factor: float = 1.5
-    """with --desired-kl: divide the learning rate by this when the KL exceeds 2 * desired_kl (> 1)"""
+    """with --desired-kl: divide the learning rate by this when the KL exceeds 2 * desired_kl"""
     lr_increase_factor: float = 1.5
-    """with --desired-kl: multiply the learning rate by this when the KL is below desired_kl / 2 (> 1)"""
+    """with --desired-kl: multiply the learning rate by this when the KL is below desired_kl / 2"""
     gamma: float = 0.99
     """discount factor"""
     clip_rho: float = 1.0
@@ -97,7 +100,7 @@ class Args:
     tau: float = 1.0
     """soft update of the target network: target <- tau * learner + (1 - tau) * target (1: copy)"""
     target_update_freq: int = 1
-    """update the target network every N learner updates"""
+    """update the target network every N updates"""
     num_minibatches: int = 8
     """minibatches per epoch"""
     update_epochs: int = 10
@@ -105,28 +108,47 @@ class Args:
     norm_adv: bool = True
     """normalize advantages per minibatch"""
     clip_coef: float = 0.2
-    """surrogate clipping epsilon of the ratio pi_theta / pi_target"""
+    """surrogate clipping epsilon (both sides unless --clip-low / --clip-high are set)"""
+    clip_low: float | None = None
+    """epsilon_low of an asymmetric clip range [1 - clip_low, 1 + clip_high]; None: --clip-coef"""
+    clip_high: float | None = None
+    """epsilon_high of an asymmetric clip range; None: --clip-coef"""
     clip_vloss: bool = False
-    """clip the value loss around the values at the start of the update"""
+    """clip the value loss around the old values (CleanRL does; it usually hurts slightly)"""
     ent_coef: float = 0.0
     """entropy bonus coefficient"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5
     """max gradient norm, applied to actor and critic separately"""
+    target_kl: float | None = None
+    """stop the epochs of an update early once approx_kl exceeds this"""
     actor_layers: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the actor MLP"""
     critic_layers: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the critic MLP"""
     init_logstd: float = -0.5
-    """initial log standard deviation of the Gaussian policy in the [-1, 1] action space (std 0.61:
-    less random flailing early on; Andrychowicz et al. 2021 recommend an initial std of about 0.5)"""
+    """initial log-std of the Gaussian policy (std 0.61; Andrychowicz et al. 2021 suggest ~0.5)"""
+    optimizer: Literal["adam", "muon"] = "adam"
+    """adam, or muon: torch.optim.Muon on the 2-D hidden weights and Adam on the rest"""
+    weight_decay: float = 0.0
+    """weight decay of every parameter group of both optimizers (Adam: L2; Muon: decoupled)"""
+    compile: bool = False
+    """torch.compile the loss computation of the update"""
+
+    # Extras (0: off)
+    bounds_loss_coef: float = 0.0
+    """penalty on the actor mean leaving the action bounds [-1, 1]"""
+    l2c2_coef: float = 0.0
+    """weight of the L2C2 local smoothness regularizer of the actor"""
+    l2c2_noise: float = 0.1
+    """half-width of the uniform noise added to normalized observations for L2C2"""
 
     # Normalization
     norm_obs: bool = True
-    """normalize observations with a running mean/std kept inside the agent (updated by the learner)"""
+    """normalize observations with a running mean/std kept inside the agent"""
     norm_reward: bool = True
-    """scale rewards by the running std of the discounted return (in the learner)"""
+    """scale rewards by the running std of the discounted return"""
     clip_obs: float = 10.0
     """clip normalized observations to [-clip_obs, clip_obs]"""
     clip_reward: float = 10.0
@@ -134,62 +156,54 @@ class Args:
 
     # Checkpoints and evaluation
     checkpoint_every: int = 50
-    """write runs/<run>/checkpoint.pt every N updates (0: only at the end, on Ctrl-C and when an actor dies)"""
-    resume: Optional[str] = None
-    """continue the run saved in this checkpoint (flags you pass override the saved ones)"""
-    eval_checkpoint: Optional[str] = None
+    """write runs/<run>/checkpoint.pt every N updates (0: at the end, on Ctrl-C, on actor death)"""
+    resume: str | None = None
+    """continue the run saved in this checkpoint (the flags you type override the saved ones)"""
+    eval_checkpoint: str | None = None
     """only evaluate the policy in this checkpoint, then exit"""
     eval_every: int = 0
-    """evaluate every N updates and keep the best policy as best.pt (0: off)"""
+    """evaluate every N iterations and keep the best policy as best.pt (0: off)"""
     eval_episodes: int = 10
     """episodes of the deterministic final evaluation"""
     capture_video: bool = False
-    """record the first episode of each evaluation as MP4 under {video_dir}/<run>/ (software rendering is slow)"""
+    """record the first episode of each evaluation as MP4 under {video_dir}/<run>/"""
     video_dir: str = "videos"
-    """where --capture-video writes its MP4 files"""
+    """where --capture-video writes its MP4 files (software rendering is slow)"""
 
 
-# ---------------------------------------------------------------------------------------------
-# Environment
-# ---------------------------------------------------------------------------------------------
+# Environment --------------------------------------------------------------------------------------
 def fail(message: str):
-    """Bad input: one line on stderr and exit code 1, no traceback (SystemExit)."""
+    """Bad input: one line on stderr and exit code 1, no traceback."""
     raise SystemExit(f"error: {message}")
 
 
-def make_envs(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
-    """A synchronous vector env that resets a finished sub-env in the same step.
-
-    With SAME_STEP autoreset the observation returned for a finished episode is already the first
-    one of the next episode, and the last observation of the finished one is in info["final_obs"]:
-    exactly what a truncated episode needs to bootstrap from.
-    """
+def make_envs(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.VectorEnv:
+    """Sync vector env with SAME_STEP autoreset: the obs returned for a finished episode is the
+    next episode's first one, and info["final_obs"] holds the last one, to bootstrap from."""
+    autoreset = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     try:
-        envs = gym.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-        )
+        envs = gym.make_vec(env_id, num_envs, "sync", vector_kwargs=autoreset, **kwargs)
     except gym.error.Error as e:
         fail(f"unknown env id {env_id!r} ({type(e).__name__}: {e})")
     if not isinstance(envs.single_action_space, gym.spaces.Box):
         envs.close()
-        fail(f"{env_id} has a {type(envs.single_action_space).__name__} action space; this script needs Box (continuous) actions")
+        space = type(envs.single_action_space).__name__
+        fail(f"{env_id} has a {space} action space; this script needs Box (continuous) actions")
     envs.action_space.seed(seed)
     return envs
 
 
 def mujoco_warning(message: str):
-    """MuJoCo's warnings on stderr, less the one gymnasium's HalfCheetah XML gives for every env."""
+    """MuJoCo's warnings, less the one gymnasium's HalfCheetah XML gives for every env."""
     if "settotalmass" not in message:
         print(f"MuJoCo warning: {message}", file=sys.stderr)
 
 
-def import_mujoco() -> Optional[str]:
-    """Import MuJoCo, which loads the MUJOCO_GL renderer at import. If that fails (e.g. MUJOCO_GL=
-    osmesa without libosmesa6), import it without rendering, so that training still runs, and
-    return why (for the --capture-video warning)."""
+def import_mujoco(video: bool) -> str | None:
+    """Import MuJoCo, which loads the MUJOCO_GL renderer. If that fails (MUJOCO_GL=osmesa without
+    libosmesa6), import it without rendering so training still runs, and return why."""
+    if video and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen
     error = None
     try:
         import mujoco
@@ -204,14 +218,12 @@ def import_mujoco() -> Optional[str]:
 
 
 def scale_action(action: np.ndarray, space: gym.spaces.Box) -> np.ndarray:
-    """The policy acts in [-1, 1]; clip there (the Gaussian is unbounded) and map to the env's bounds."""
+    """The policy acts in [-1, 1]; clip there (the Gaussian is unbounded), map to the bounds."""
     action = np.clip(action, -1.0, 1.0)
     return space.low + (action + 1.0) * 0.5 * (space.high - space.low)
 
 
-# ---------------------------------------------------------------------------------------------
-# Networks and normalization
-# ---------------------------------------------------------------------------------------------
+# Networks and normalization -----------------------------------------------------------------------
 def merge_moments(count_a, mean_a, var_a, count_b, mean_b, var_b):
     """Combine the (count, mean, population variance) of two data sets (Chan et al. 1979)."""
     count = count_a + count_b
@@ -222,7 +234,7 @@ def merge_moments(count_a, mean_a, var_a, count_b, mean_b, var_b):
 
 
 class RunningMeanStd(nn.Module):
-    """Running mean and variance as buffers, so they are part of the state dict (and checkpoints)."""
+    """Running mean and variance as buffers, so they are part of the state dict."""
 
     def __init__(self, shape=()):
         super().__init__()
@@ -233,12 +245,11 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor):
         x = x.reshape(-1, *self.mean.shape).to(torch.float64)
-        count, mean, var = merge_moments(
-            self.count, self.mean, self.var, x.shape[0], x.mean(0), x.var(0, unbiased=False)
-        )
-        self.count.copy_(count)
-        self.mean.copy_(mean)
-        self.var.copy_(var)
+        batch_var = x.var(0, unbiased=False)
+        moments = merge_moments(self.count, self.mean, self.var, x.shape[0], x.mean(0), batch_var)
+        self.count.copy_(moments[0])
+        self.mean.copy_(moments[1])
+        self.var.copy_(moments[2])
 
 
 def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -263,7 +274,7 @@ class Agent(nn.Module):
         super().__init__()
         self.norm_obs, self.clip_obs = args.norm_obs, args.clip_obs
         self.obs_rms = RunningMeanStd((obs_dim,))
-        # A small last layer makes the initial mean ~0 for every state (Andrychowicz et al. 2021).
+        # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
         self.actor_mean = mlp(obs_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
         self.critic = mlp(obs_dim, args.critic_layers, 1, out_std=1.0)
@@ -271,68 +282,68 @@ class Agent(nn.Module):
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         if not self.norm_obs:
             return obs
-        std = torch.sqrt(self.obs_rms.var + 1e-8)
-        return ((obs - self.obs_rms.mean) / std).clamp(-self.clip_obs, self.clip_obs).to(obs.dtype)
+        x = (obs - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)
+        return x.clamp(-self.clip_obs, self.clip_obs).to(obs.dtype)
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.normalize(obs)).squeeze(-1)
 
-    def get_action_and_value(self, obs: torch.Tensor, action: Optional[torch.Tensor] = None):
+    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
         x = self.normalize(obs)
         mean = self.actor_mean(x)
         logstd = self.actor_logstd.expand_as(mean)
         std = logstd.exp()
         if action is None:
             action = torch.normal(mean, std)
-        # The diagonal Gaussian's log-density and entropy written out: torch.distributions.Normal gives
-        # the same numbers, but building it on every call costs more than these small networks.
+        # The diagonal Gaussian's log-density and entropy written out: the same numbers as
+        # torch.distributions.Normal, which costs more to build than these small networks.
         logprob = (-0.5 * ((action - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
         entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1)
         value = self.critic(x).squeeze(-1)
         return action, logprob, entropy, value, mean, std
 
+    def actor_features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Output of the actor's last hidden layer (for the effective-rank diagnostic)."""
+        return self.actor_mean[:-1](self.normalize(obs))
 
-# ---------------------------------------------------------------------------------------------
-# Algorithm
-# ---------------------------------------------------------------------------------------------
-def vtrace_advantages(behavior_log_probs, target_log_probs, rewards, values, bootstrap_values, dones,
-                      gamma: float = 0.99, clip_rho: float = 1.0, clip_c: float = 1.0):
-    """V-trace targets and policy-gradient advantages (IMPALA, Espeholt et al. 2018), time-major [T, N].
 
-    values[t] = V(x_t); bootstrap_values[n] = V(x_T) of the state after the last step; dones[t] = 1
-    ends the episode after step t (no value beyond it: a truncated step must already carry
-    gamma * V(final_obs) in its reward). With rho_t = min(clip_rho, pi/mu), c_i = min(clip_c, pi/mu):
+# Algorithm ----------------------------------------------------------------------------------------
+def vtrace_advantages(
+    behaviour_logprobs, target_logprobs, rewards, values, bootstrap_values, dones,
+    gamma: float = 0.99, clip_rho: float = 1.0, clip_c: float = 1.0,
+):  # fmt: skip
+    """V-trace targets and policy-gradient advantages (IMPALA, Espeholt et al. 2018), [T, N].
+
+    values[t] = V(x_t); bootstrap_values[n] = V(x_T) after the last step; dones[t] ends the
+    episode after step t (a truncated step already carries gamma * V(final_obs) in its reward:
+    add_truncation_bootstrap). With rho_t = min(clip_rho, pi/mu) and c_i = min(clip_c, pi/mu):
 
         v_s = V(x_s) + sum_{t>=s} gamma^{t-s} (prod_{i=s}^{t-1} c_i) delta_t,          (eq. 1)
         delta_t = rho_t (r_t + gamma V(x_{t+1}) - V(x_t)),
 
     computed backwards as v_s - V(x_s) = delta_s + gamma c_s (v_{s+1} - V(x_{s+1})) (Remark 1).
-    The advantage of the policy gradient (section 4.2) is rho_t (r_t + gamma v_{t+1} - V(x_t)).
-    Returns (vs, advantages).
-    """
-    ratio = torch.exp(target_log_probs - behavior_log_probs)
-    rho, c = ratio.clamp(max=clip_rho), ratio.clamp(max=clip_c)
+    Returns vs and the policy-gradient advantages rho_t (r_t + gamma v_{t+1} - V(x_t)) (4.2)."""
+    ratio = torch.exp(target_logprobs - behaviour_logprobs)
+    rho = ratio.clamp(max=clip_rho)
+    c = ratio.clamp(max=clip_c)
     discounts = gamma * (1.0 - dones)  # gamma within an episode, 0 across its end
-    next_values = torch.cat([values[1:], bootstrap_values[None]])
+    next_values = torch.cat((values[1:], bootstrap_values[None]))
     deltas = rho * (rewards + discounts * next_values - values)
     vs_minus_v = torch.zeros_like(values)
-    acc = torch.zeros_like(bootstrap_values)
+    last = torch.zeros_like(bootstrap_values)
     for t in reversed(range(values.shape[0])):
-        acc = deltas[t] + discounts[t] * c[t] * acc
-        vs_minus_v[t] = acc
+        last = deltas[t] + discounts[t] * c[t] * last
+        vs_minus_v[t] = last
     vs = values + vs_minus_v
-    next_vs = torch.cat([vs[1:], bootstrap_values[None]])
+    next_vs = torch.cat((vs[1:], bootstrap_values[None]))
     return vs, rho * (rewards + discounts * next_vs - values)
 
 
-def add_truncation_bootstrap(agent: Agent, rewards, final_obs, terminated, truncated, gamma: float):
-    """Add gamma * V(final_obs) to the reward of each step cut off by a time limit (in place).
-
-    Time-limit truncation is not a terminal state: the episode would have gone on, so the value
-    of its last observation is folded into the reward, and V-trace can end the trace there (the
-    next obs already belongs to a new episode; Pardo et al. 2018, "Time Limits in RL").
-    Only where truncated and not terminated: gymnasium's TimeLimit also sets truncated=True on a
-    step that terminated exactly at the limit, and a terminal state has no value to add."""
+def add_truncation_bootstrap(agent: Agent, rewards, final_obs, terminated, truncated, gamma):
+    """Add gamma * V(final_obs) to the reward of each step cut off by a time limit (in place):
+    the episode would have gone on, and V-trace ends the trace there, as the next obs belongs to
+    a new episode (Pardo et al. 2018). Not where terminated: gymnasium's TimeLimit also sets
+    truncated on a step that terminated exactly at the limit, and a terminal state has no value."""
     cut = truncated & ~terminated
     if cut.any():
         rewards[cut] += gamma * agent.get_value(final_obs[cut])
@@ -340,13 +351,12 @@ def add_truncation_bootstrap(agent: Agent, rewards, final_obs, terminated, trunc
 
 def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
     """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
-    return (
-        torch.log(std_new / std_old) + (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2) - 0.5
-    ).sum(-1)
+    ratio_term = (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)
+    return (torch.log(std_new / std_old) + ratio_term - 0.5).sum(-1)
 
 
-def adapt_learning_rate(lr: float, kl: float, desired_kl: float, decrease: float = 1.5, increase: float = 1.5) -> float:
-    """rsl_rl's rule: shrink the step when the policy moved too far, grow it when it barely moved."""
+def adapt_learning_rate(lr: float, kl: float, desired_kl: float, decrease=1.5, increase=1.5):
+    """rsl_rl's rule: shrink the step when the policy moved too far, grow it when it barely did."""
     if kl > 2.0 * desired_kl:
         lr = lr / decrease
     elif kl < desired_kl / 2.0:
@@ -354,23 +364,44 @@ def adapt_learning_rate(lr: float, kl: float, desired_kl: float, decrease: float
     return min(max(lr, 1e-5), 1e-2)
 
 
-def ppo_loss(agent: Agent, obs, actions, target_logprobs, advantages, returns, old_values, args: Args):
-    """IMPACT's clipped surrogate, value loss and entropy of a minibatch.
+def bounds_loss(mean: torch.Tensor) -> torch.Tensor:
+    """sum_j max(mu_j - 1, 0)^2 + min(mu_j + 1, 0)^2, batch mean: keeps the mean inside the action
+    bounds, where the env's clipping would otherwise hide how far out it has drifted."""
+    return ((mean - 1.0).clamp_min(0.0) ** 2 + (mean + 1.0).clamp_max(0.0) ** 2).sum(-1).mean()
 
-    The data come from behaviour policies mu of several ages. IMPACT writes the importance weight
-    pi_theta / mu as (pi_target / mu) * (pi_theta / pi_target): the first factor, truncated to
-    min(clip_rho, pi_target / mu), is already inside the V-trace advantages; the second is the ratio
-    that PPO's clipping keeps near 1 (PPO paper eq. 7), so the learner cannot move far from the
-    slowly moving target network however stale the data are (IMPACT section 3.1).
-    Returns the loss to minimize, the log-ratio and ratio, the policy's mean and std, and a dict of
-    the loss terms for logging."""
+
+def l2c2_loss(agent: Agent, obs: torch.Tensor, mean: torch.Tensor, noise: float) -> torch.Tensor:
+    """L2C2 (Kobayashi 2022): mean ||mu(s + eps) - mu(s)||^2 / mean ||eps||^2 for uniform eps on
+    the normalized observation; a Lipschitz-like penalty that makes the policy locally smooth."""
+    x = agent.normalize(obs)
+    eps = (torch.rand_like(x) * 2.0 - 1.0) * noise
+    change = ((agent.actor_mean(x + eps) - mean) ** 2).sum(-1).mean()
+    return change / ((eps**2).sum(-1).mean() + 1e-8).detach()
+
+
+def clip_range(args: Args) -> tuple[float, float]:
+    """(epsilon_low, epsilon_high) of the clip range [1 - epsilon_low, 1 + epsilon_high]."""
+    low = args.clip_coef if args.clip_low is None else args.clip_low
+    high = args.clip_coef if args.clip_high is None else args.clip_high
+    return low, high
+
+
+def ppo_loss(agent: Agent, obs, actions, old_logprobs, advantages, returns, old_values, args: Args):
+    """IMPACT's clipped surrogate (asymmetric range), value loss and entropy. old_logprobs are the
+    target network's: IMPACT writes pi_theta / mu = (pi_target / mu) (pi_theta / pi_target); the
+    V-trace advantages hold the first factor, truncated, and PPO's clip (eq. 7) keeps the second
+    near 1, so the learner stays near the slowly moving target however old the data (sec. 3.1).
+
+    Returns the loss to minimize, the log-ratio and ratio, the policy's mean and std, and a dict
+    of the loss terms for logging."""
     _, newlogprob, entropy, newvalue, mean, std = agent.get_action_and_value(obs, actions)
-    logratio = newlogprob - target_logprobs
+    logratio = newlogprob - old_logprobs
     ratio = logratio.exp()
     if args.norm_adv:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    pg_loss = -torch.min(ratio * advantages, ratio.clamp(1.0 - args.clip_coef, 1.0 + args.clip_coef) * advantages).mean()
-
+    low, high = clip_range(args)
+    clipped = ratio.clamp(1.0 - low, 1.0 + high)
+    pg_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
     if args.clip_vloss:
         v_clipped = old_values + (newvalue - old_values).clamp(-args.clip_coef, args.clip_coef)
         v_loss = 0.5 * torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2).mean()
@@ -378,21 +409,50 @@ def ppo_loss(agent: Agent, obs, actions, target_logprobs, advantages, returns, o
         v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
-    return loss, logratio, ratio, mean, std, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss}
+    terms = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss}
+    # Extras, each off at 0.
+    if args.bounds_loss_coef > 0:
+        terms["bounds_loss"] = bounds_loss(mean)
+        loss = loss + args.bounds_loss_coef * terms["bounds_loss"]
+    if args.l2c2_coef > 0:
+        terms["l2c2_loss"] = l2c2_loss(agent, obs, mean, args.l2c2_noise)
+        loss = loss + args.l2c2_coef * terms["l2c2_loss"]
+    return loss, logratio, ratio, mean, std, terms
+
+
+def effective_rank(features: torch.Tensor) -> float:
+    """exp(entropy of the normalized singular values) (Roy & Vetterli 2007): how many feature
+    directions the actor really uses; a collapsing rank is a sign of lost plasticity."""
+    s = torch.linalg.svdvals(features.double())
+    p = s / s.sum().clamp_min(1e-12)
+    return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
 
 
 def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
-    """Actor and critic in separate parameter groups, each remembering its initial learning rate.
-    fused=True: Adam updates all parameters in one kernel; with networks this small the per-op
-    overhead of the default implementation is a tenth of the whole update's time."""
-    critic_lr = args.learning_rate if args.critic_learning_rate is None else args.critic_learning_rate
-    groups = [("actor", [*agent.actor_mean.parameters(), agent.actor_logstd], args.learning_rate),
-              ("critic", list(agent.critic.parameters()), critic_lr)]
-    param_groups = []
+    """Actor and critic in their own parameter groups, each remembering its initial lr. Muon
+    (Jordan et al. 2024) orthogonalizes the updates of the hidden weight matrices; the first and
+    last layers, biases and the log-std stay with Adam. fused Adam: one kernel for all."""
+    critic_lr = (
+        args.learning_rate if args.critic_learning_rate is None else args.critic_learning_rate
+    )
+    groups = [
+        ("actor", [*agent.actor_mean.parameters(), agent.actor_logstd], args.learning_rate),
+        ("critic", list(agent.critic.parameters()), critic_lr),
+    ]
+    hidden = set()
+    if args.optimizer == "muon":
+        for net in (agent.actor_mean, agent.critic):
+            hidden |= {id(m.weight) for m in list(net)[2:-1] if isinstance(m, nn.Linear)}
+    muon_groups, adam_groups = [], []
     for name, params, lr in groups:
-        param_groups.append({"params": params, "lr": lr, "initial_lr": lr, "name": name,
-                             "weight_decay": args.weight_decay})
-    return [torch.optim.Adam(param_groups, eps=1e-5, fused=True)]
+        group = {"lr": lr, "initial_lr": lr, "name": name, "weight_decay": args.weight_decay}
+        muon_groups.append({**group, "params": [p for p in params if id(p) in hidden]})
+        adam_groups.append({**group, "params": [p for p in params if id(p) not in hidden]})
+    muon_groups = [group for group in muon_groups if group["params"]]
+    optimizers = [torch.optim.Adam(adam_groups, eps=1e-5, fused=True)]
+    if muon_groups:  # "match_rms_adamw" scales Muon's step so that it can share Adam's lr
+        optimizers.append(torch.optim.Muon(muon_groups, adjust_lr_fn="match_rms_adamw"))
+    return optimizers
 
 
 def set_learning_rate(optimizers, scale: float):
@@ -403,180 +463,341 @@ def set_learning_rate(optimizers, scale: float):
 
 @torch.no_grad()
 def soft_update(target: Agent, agent: Agent, tau: float):
-    """Polyak averaging of the parameters; the normalizer is copied (both must see the same inputs)."""
+    """Polyak averaging (tau 0: none); the normalizer is copied (both see the same inputs)."""
     for p_target, p in zip(target.parameters(), agent.parameters()):
         p_target.lerp_(p, tau)
     target.obs_rms.load_state_dict(agent.obs_rms.state_dict())
 
 
-# ---------------------------------------------------------------------------------------------
-# Actor process
-# ---------------------------------------------------------------------------------------------
-def actor_process(actor_id: int, args: Args, obs_dim: int, act_dim: int, shared_state: dict, version, conn,
-                  stop, start_step: int, parent_pid: int):
-    """Step a vector env with the newest published policy and send rollouts to the learner, forever.
+def start_episodes(envs, seed: int, args: Args) -> dict:
+    """Reset an actor's envs; returns what carries over from one rollout to the next: the last
+    obs and the episodes' running sums. (A resume starts fresh episodes.)"""
+    first_obs, _ = envs.reset(seed=seed)
+    return {
+        "obs": torch.as_tensor(first_obs, dtype=torch.float32),
+        "return": np.zeros(args.num_envs),
+        "length": np.zeros(args.num_envs, dtype=int),
+        "discounted": np.zeros(args.num_envs),
+    }
 
-    Before each rollout the actor copies the learner's weights and normalizer statistics from shared
-    memory if their version changed. It acts with a frozen copy (the learner changes the shared one
-    at any time) and sends everything the learner needs to correct for the policy having aged:
-    the behaviour log-probs and means, and the version it acted with.
-    """
-    torch.set_num_threads(1)  # one core per process: more threads only fight over the same cores
-    import_mujoco()  # the settotalmass filter, in this process too
+
+@torch.no_grad()
+def collect_rollout(agent, envs, carry: dict, episodes: list, args: Args):
+    """In an actor: args.num_steps steps of every env with its frozen policy: a dict of time-major
+    [T, N] arrays for the pipe (the learner scales the rewards and adds the values). carry holds
+    what runs on across rollouts (the last obs and the episodes' running sums); each finished
+    episode's (return, length) goes to episodes."""
+    shape = (args.num_steps, args.num_envs)
+    buf = {"obs": [], "actions": [], "logprobs": [], "means": [], "stds": []}
+    rewards, discounted = np.zeros(shape), np.zeros(shape)
+    terminated, truncated = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
+    final_obs = np.zeros((*shape, carry["obs"].shape[-1]), dtype=np.float32)
+    for t in range(args.num_steps):
+        action, logprob, _, _, mean, std = agent.get_action_and_value(carry["obs"])
+        buf["obs"].append(carry["obs"])
+        buf["actions"].append(action)
+        buf["logprobs"].append(logprob)
+        buf["means"].append(mean)
+        buf["stds"].append(std)
+        env_action = scale_action(action.cpu().numpy(), envs.single_action_space)
+        next_obs, rewards[t], terminated[t], truncated[t], info = envs.step(env_action)
+        carry["obs"] = torch.as_tensor(next_obs, dtype=torch.float32)
+        carry["return"] += rewards[t]
+        carry["length"] += 1
+        carry["discounted"] = carry["discounted"] * args.gamma + rewards[t]
+        discounted[t] = carry["discounted"]
+        done = terminated[t] | truncated[t]
+        for i in np.flatnonzero(done):
+            episodes.append((carry["return"][i], carry["length"][i]))
+        carry["return"][done] = 0.0
+        carry["length"][done] = 0
+        carry["discounted"][done] = 0.0
+        # The obs returned for a finished episode is already the next one's reset obs: a truncated
+        # episode bootstraps from V(final_obs), which the learner adds (add_truncation_bootstrap).
+        if truncated[t].any():
+            idx = np.flatnonzero(truncated[t])
+            final_obs[t, idx] = np.stack(info["final_obs"][idx])
+    rollout = {key: torch.stack(values).numpy() for key, values in buf.items()}
+    rollout["next_obs"] = carry["obs"][None].numpy()  # [1, N]: the state after the last step
+    rollout.update(rewards=rewards, discounted=discounted, final_obs=final_obs)
+    rollout.update(terminated=terminated, truncated=truncated)
+    return rollout
+
+
+def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: Args):
+    """args.update_epochs passes of minibatch gradient steps over the flat batch, the normalizer
+    frozen. Returns the logged statistics and the lr scale (the desired-KL rule changes it)."""
+    batch_size = batch["obs"].shape[0]
+    minibatch_size = batch_size // args.num_minibatches
+    actor_params = [*agent.actor_mean.parameters(), agent.actor_logstd]
+    critic_params = list(agent.critic.parameters())
+    old_std = agent.actor_logstd.detach().exp()
+    low, high = clip_range(args)
+    stats = {}
+    for _ in range(args.update_epochs):
+        last_epoch_ratios = []
+        perm = torch.randperm(batch_size, device=batch["obs"].device)
+        for start in range(0, batch_size, minibatch_size):
+            mb = perm[start : start + minibatch_size]
+            loss, logratio, ratio, mean, std, terms = loss_fn(
+                agent, batch["obs"][mb], batch["actions"][mb], batch["logprobs"][mb],
+                batch["advantages"][mb], batch["returns"][mb], batch["values"][mb], args,
+            )  # fmt: skip
+            for opt in optimizers:
+                opt.zero_grad(set_to_none=True)
+            loss.backward()
+            max_norm = args.max_grad_norm  # actor and critic clipped separately
+            terms["actor_grad_norm"] = nn.utils.clip_grad_norm_(
+                actor_params, max_norm, foreach=True
+            )
+            terms["critic_grad_norm"] = nn.utils.clip_grad_norm_(
+                critic_params, max_norm, foreach=True
+            )
+            norms = terms["actor_grad_norm"] ** 2 + terms["critic_grad_norm"] ** 2
+            terms["grad_norm"] = norms.sqrt()
+            for opt in optimizers:
+                opt.step()
+            with torch.no_grad():
+                kl = ((ratio - 1) - logratio).mean()  # Schulman's low-variance estimator
+                if args.desired_kl is not None:
+                    gkl = gaussian_kl(batch["means"][mb], old_std, mean, std).mean().item()
+                    new_lr = adapt_learning_rate(
+                        lr_scale * args.learning_rate, gkl, args.desired_kl,
+                        args.lr_decrease_factor, args.lr_increase_factor,
+                    )  # fmt: skip
+                    lr_scale = new_lr / args.learning_rate
+                    set_learning_rate(optimizers, lr_scale)
+                terms["approx_kl"] = kl
+                terms["old_approx_kl"] = (-logratio).mean()
+                terms["clipfrac"] = ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()
+                terms["clipfrac_high"] = (ratio > 1 + high).float().mean()
+                terms["clipfrac_low"] = (ratio < 1 - low).float().mean()
+                for key, value in terms.items():
+                    stats.setdefault(key, []).append(value.detach())
+                last_epoch_ratios.append(ratio.detach())
+        if args.target_kl is not None and kl.item() > args.target_kl:
+            break
+
+    with torch.no_grad():
+        metrics = {f"losses/{k}": torch.stack(v).float().mean().item() for k, v in stats.items()}
+        ratios = torch.cat(last_epoch_ratios)
+        outside = (ratios < 1 - low) | (ratios > 1 + high)
+        metrics["losses/ratio_dev_mean"] = (ratios - 1.0).abs().mean().item()
+        metrics["losses/ratio_dev_max"] = (ratios - 1.0).abs().max().item()
+        metrics["losses/ratio_outside_frac"] = outside.float().mean().item()
+        # After the update, on the whole batch: the surrogate gain it achieved, and how many
+        # feature directions the actor uses.
+        _, newlogprob, _, _, _, policy_std = agent.get_action_and_value(
+            batch["obs"], batch["actions"]
+        )
+        gain = (newlogprob - batch["logprobs"]).exp() * batch["advantages"]
+        metrics["charts/policy_gain"] = gain.mean().item()
+        features = agent.actor_features(batch["obs"][: min(batch_size, 4096)])
+        metrics["charts/actor_effective_rank"] = effective_rank(features)
+        metrics["charts/policy_std"] = policy_std.mean().item()
+        var_y = batch["returns"].var()
+        unexplained = (batch["returns"] - batch["values"]).var() / var_y
+        metrics["losses/explained_variance"] = (1 - unexplained).item() if var_y > 0 else math.nan
+        metrics["charts/advantage_mean"] = batch["advantages"].mean().item()
+        metrics["charts/advantage_std"] = batch["advantages"].std().item()
+        metrics["charts/value_mean"] = batch["values"].mean().item()
+    return metrics, lr_scale
+
+
+# Actor processes: start, receive, publish, stop -------------------------------------------------
+def actor_process(actor_id: int, args: Args, weights: dict, lock, version, conn, start_step: int):
+    """Step a vector env with the newest published policy and send each rollout to the learner,
+    until the learner ends this process. Before a rollout the actor copies the weights and the
+    normalizer if their version changed; it acts with its own copy, which the learner cannot
+    change halfway through a rollout."""
+    torch.set_num_threads(1)  # one core per process: more threads only fight over the cores
+    import_mujoco(False)  # MuJoCo's warning filter, in this process too
     seed = args.seed + actor_id * args.num_envs
     torch.manual_seed(seed + start_step)
     envs = make_envs(args.env_id, args.num_envs, seed)
-    agent = Agent(obs_dim, act_dim, args)
-    agent.eval()
-    my_version = -1
-    T, N = args.num_steps, args.num_envs
-    obs, _ = envs.reset(seed=seed + start_step)
-    running_return, running_length = np.zeros(N), np.zeros(N, dtype=int)
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args)
+    carry = start_episodes(envs, seed + start_step, args)
+    learner = os.getppid()
+    acted_with = -1  # the version of the weights this actor acts with
     send_wait = 0.0
-    lock = version.get_lock()  # the learner writes weights and version under the same lock
-    try:
-        while not stop.value and os.getppid() == parent_pid:
-            if not lock.acquire(timeout=1.0):
-                continue  # the learner may be gone: look at the loop condition again
-            try:
-                if version.value != my_version:
-                    agent.load_state_dict(shared_state)
-                    my_version = version.value
-            finally:
-                lock.release()
-            rollout_start = time.time()
-            ro = {"obs": np.zeros((T, N, obs_dim), np.float32), "actions": np.zeros((T, N, act_dim), np.float32),
-                  "logprobs": np.zeros((T, N), np.float32), "means": np.zeros((T, N, act_dim), np.float32),
-                  "rewards": np.zeros((T, N)), "terminated": np.zeros((T, N), bool), "truncated": np.zeros((T, N), bool),
-                  "final_obs": np.zeros((T, N, obs_dim), np.float32)}
-            episodes = []
-            with torch.no_grad():
-                for t in range(T):
-                    if stop.value or os.getppid() != parent_pid:  # learner stopping or gone: don't outlive it
-                        return
-                    ro["obs"][t] = obs
-                    action, logprob, _, _, mean, _ = agent.get_action_and_value(torch.as_tensor(obs, dtype=torch.float32))
-                    ro["actions"][t], ro["logprobs"][t], ro["means"][t] = action.numpy(), logprob.numpy(), mean.numpy()
-                    obs, reward, terminated, truncated, info = envs.step(scale_action(action.numpy(), envs.single_action_space))
-                    ro["rewards"][t], ro["terminated"][t], ro["truncated"][t] = reward, terminated, truncated
-                    if truncated.any():  # the learner bootstraps these from V(final_obs)
-                        idx = np.flatnonzero(truncated)
-                        ro["final_obs"][t, idx] = np.stack(info["final_obs"][idx])
-                    running_return += reward
-                    running_length += 1
-                    for i in np.flatnonzero(terminated | truncated):
-                        episodes.append((running_return[i], running_length[i]))
-                        running_return[i], running_length[i] = 0.0, 0
-            # send_wait: how long the previous rollout's send() blocked (the learner had not taken it).
-            ro.update(actor=actor_id, version=my_version, next_obs=obs.astype(np.float32),
-                      std=agent.actor_logstd.detach().exp().numpy(), episodes=episodes,
-                      rollout_time=time.time() - rollout_start, send_wait=send_wait)
-            # send() blocks while the pipe is full, i.e. until the learner has taken the previous
-            # rollout: this back-pressure is what bounds the policy lag.
-            t0 = time.time()
-            conn.send(ro)
-            send_wait = time.time() - t0
-    except (BrokenPipeError, ConnectionResetError, EOFError):
-        pass  # the learner closed the pipe: it is stopping
-    finally:
-        envs.close()
-
-
-def start_actors(ctx, args: Args, obs_dim: int, act_dim: int, shared_state: dict, version, stop, start_step: int):
-    """One process and one pipe per actor.
-
-    A pipe per actor rather than one shared queue: an actor killed halfway through writing a message
-    would leave a shared queue's pipe and write lock unusable for all actors (the learner would hang
-    reading half a message); a private pipe just reaches EOF, and the learner reports that actor.
-    """
-    actors, conns = [], []
-    # Ctrl-C reaches the whole process group: the actors inherit "ignore SIGINT" and the learner
-    # alone decides how to stop them.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        for i in range(args.num_actors):
-            reader, writer = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=actor_process, name=f"actor-{i}", daemon=True,
-                            args=(i, args, obs_dim, act_dim, shared_state, version, writer, stop, start_step, os.getpid()))
-            p.start()
-            writer.close()  # only the actor holds the write end: its death means EOF here
-            actors.append(p)
-            conns.append(reader)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    return actors, conns
-
-
-def stop_actors(actors, conns, stop):
-    """Ask every actor to stop, unblock those sending, join them; kill any that does not exit."""
-    stop.value = 1
-    for conn in conns:
-        conn.close()  # an actor blocked in send() gets BrokenPipeError
-    deadline = time.time() + 5.0
-    for p in actors:
-        p.join(timeout=max(0.0, deadline - time.time()))
-    for p in actors:
-        if p.is_alive():
-            p.kill()
-            p.join()
-
-
-def describe_exit(p) -> str:
-    code = p.exitcode
-    if code is not None and code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    return f"exit code {code}"
-
-
-def check_actors(actors):
-    """Every actor runs until the learner stops it: one that has exited has died."""
-    for i, p in enumerate(actors):
-        if p.exitcode is not None:
-            fail(f"actor {i} (pid {p.pid}) died ({describe_exit(p)})")
-
-
-def receive_rollouts(actors, conns, count: int) -> list[dict]:
-    """Take `count` rollouts, at most one per actor per pass so that no actor waits behind another.
-
-    Waits on the pipes and on the actors' sentinels, so a dead actor is noticed within a second.
-    """
-    rollouts = []
-    while len(rollouts) < count:
-        ready = wait(conns + [p.sentinel for p in actors], timeout=1.0)
-        check_actors(actors)
-        for p, conn in zip(actors, conns):
-            if conn in ready and len(rollouts) < count:
-                try:
-                    rollouts.append(conn.recv())
-                except (EOFError, OSError):  # it died while sending (OSError: halfway through a message)
-                    p.join(timeout=1.0)
-                    check_actors(actors)
-    return rollouts
-
-
-def publish(agent: Agent, shared_state: dict, version, new_version: int, actors):
-    """Copy weights and normalizer statistics to shared memory, then bump the version, under the lock."""
-    lock = version.get_lock()
-    while not lock.acquire(timeout=1.0):
-        check_actors(actors)  # an actor killed while copying would hold the lock forever
-    try:
-        for k, v in agent.state_dict().items():
-            shared_state[k].copy_(v)
-        version.value = new_version
-    finally:
+    while os.getppid() == learner:  # a learner killed holding the lock would never release it
+        if not lock.acquire(timeout=1.0):
+            continue
+        if version.value != acted_with:
+            agent.load_state_dict(weights)
+            acted_with = version.value
         lock.release()
+        start = time.time()
+        episodes = []
+        rollout = collect_rollout(agent, envs, carry, episodes, args)
+        rollout.update(version=acted_with, episodes=episodes, rollout_time=time.time() - start)
+        rollout["send_wait"] = send_wait  # how long the previous send() blocked
+        start = time.time()
+        try:  # blocks while the pipe is full: this back-pressure bounds the policy lag
+            conn.send(rollout)
+        except BrokenPipeError:  # the learner is gone
+            return
+        send_wait = time.time() - start
 
 
-# ---------------------------------------------------------------------------------------------
-# Checkpoints and evaluation
-# ---------------------------------------------------------------------------------------------
+def start_actors(agent: Agent, global_step: int, args: Args) -> dict:
+    """Start the actor processes, each with its own pipe (a shared queue would be left unusable
+    for all by an actor killed halfway through a message; a private pipe just reaches EOF).
+    Returns what the learner keeps: processes, pipes, the shared weights with their lock and
+    version (the number of updates they have had), the step count and the (return, length) of
+    every episode the actors finished."""
+    ctx = mp.get_context("spawn")  # fork would copy the learner's threads and locks in any state
+    weights = {k: v.detach().cpu().clone().share_memory_() for k, v in agent.state_dict().items()}
+    batch_size = args.num_rollouts * args.num_envs * args.num_steps
+    version = ctx.RawValue("q", global_step // batch_size)
+    actors = {"procs": [], "conns": [], "weights": weights, "lock": ctx.Lock(), "version": version}
+    actors["step"] = global_step
+    actors["episodes"] = []
+    # Ctrl-C reaches the whole process group: the actors inherit "ignore SIGINT", and the learner
+    # alone decides when they stop.
+    previous_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for i in range(args.num_actors):
+        reader, writer = ctx.Pipe(duplex=False)
+        shared = (weights, actors["lock"], version, writer, global_step)
+        process = ctx.Process(target=actor_process, args=(i, args, *shared), daemon=True)
+        process.start()
+        writer.close()  # only the actor holds the write end: its death means EOF here
+        actors["procs"].append(process)
+        actors["conns"].append(reader)
+    signal.signal(signal.SIGINT, previous_sigint)
+    pids = " ".join(str(process.pid) for process in actors["procs"])
+    print(f"actor pids {pids}; each rollout: {args.num_envs} envs x {args.num_steps} steps")
+    return actors
+
+
+def check_actors(procs: list):
+    """Every actor runs until the learner ends it: one that has exited has died. Called where the
+    learner's state is that of a whole update (publish runs once train() has counted the update),
+    so that train() can save it before it reports the death in one line."""
+    for i, process in enumerate(procs):
+        code = process.exitcode
+        if code is not None:
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            raise ChildProcessError(f"actor {i} (pid {process.pid}) died ({how})")
+
+
+def receive_rollouts(agent, target_agent, reward_rms, actors: dict, writer, args: Args):
+    """The learner's side of collect_rollout: args.num_rollouts rollouts from whichever actors
+    deliver first (at most one per actor per pass: none waits behind another), side by side as
+    time-major [T, B] tensors, with the rewards scaled, the learner's values and means (where the
+    update starts) and the target network's log-probs. Waits on the pipes and on the actors'
+    sentinels: a dead actor is noticed within a second. Returns the rollout and the lag stats."""
+    received = []
+    wait_start = time.time()
+    while len(received) < args.num_rollouts:
+        ready = wait(actors["conns"] + [p.sentinel for p in actors["procs"]], timeout=1.0)
+        check_actors(actors["procs"])
+        for conn in actors["conns"]:
+            if conn in ready and len(received) < args.num_rollouts:
+                try:
+                    received.append(conn.recv())
+                except (EOFError, OSError):  # it died while sending: check_actors says so
+                    pass
+    metrics = {"charts/learner_wait_time": time.time() - wait_start}
+    data = {}
+    for key, value in received[0].items():
+        if isinstance(value, np.ndarray):  # [T, N, ...] side by side: [T, B, ...]
+            joined = np.concatenate([ro[key] for ro in received], axis=1)
+            data[key] = torch.as_tensor(joined, device=agent.actor_logstd.device)
+    rewards = data["rewards"].float()
+    if args.norm_reward:  # scale by the std of the discounted return, these rollouts included
+        reward_rms.update(data["discounted"])
+        scaled = rewards / torch.sqrt(reward_rms.var.float() + 1e-8)
+        rewards = scaled.clamp(-args.clip_reward, args.clip_reward)
+    with torch.no_grad():  # the normalizer is frozen
+        _, _, _, values, means, stds = agent.get_action_and_value(data["obs"], data["actions"])
+        cut = (data["final_obs"], data["terminated"], data["truncated"])
+        add_truncation_bootstrap(agent, rewards, *cut, args.gamma)
+        rollout = {"obs": data["obs"], "actions": data["actions"], "values": values, "means": means}
+        rollout["rewards"] = rewards
+        rollout["behaviour_logprobs"] = data["logprobs"]
+        rollout["logprobs"] = target_agent.get_action_and_value(data["obs"], data["actions"])[1]
+        rollout["dones"] = (data["terminated"] | data["truncated"]).float()
+        rollout["bootstrap_values"] = agent.get_value(data["next_obs"][0])
+        rho = torch.exp(rollout["logprobs"] - rollout["behaviour_logprobs"])
+        behaviour_kl = gaussian_kl(data["means"], data["stds"], means, stds)
+    lag = actors["version"].value - np.array([ro["version"] for ro in received])
+    send_wait = np.array([ro["send_wait"] for ro in received])
+    busy = send_wait.sum() + sum(ro["rollout_time"] for ro in received)
+    metrics["charts/policy_lag_mean"] = float(lag.mean())
+    metrics["charts/policy_lag_max"] = float(lag.max())
+    metrics["charts/actor_wait_time"] = float(send_wait.mean())
+    metrics["charts/actor_wait_frac"] = float(send_wait.sum() / max(busy, 1e-9))
+    metrics["losses/behaviour_kl"] = behaviour_kl.mean().item()
+    metrics["losses/rho_clipfrac"] = (rho > args.clip_rho).float().mean().item()
+    metrics["losses/rho_p99"] = torch.quantile(rho.flatten().double(), 0.99).item()
+    actors["step"] += args.num_rollouts * args.num_envs * args.num_steps
+    for ro in received:
+        for episode_return, length in ro["episodes"]:
+            actors["episodes"].append((episode_return, length))
+            writer.add_scalar("charts/episodic_return", episode_return, actors["step"])
+            writer.add_scalar("charts/episodic_length", length, actors["step"])
+    return rollout, metrics
+
+
+def publish(agent: Agent, target_agent: Agent, actors: dict, iteration: int, args: Args):
+    """Hand the updated learner on: to the target network every args.target_update_freq updates
+    (IMPACT), and to the actors: the weights and the normalizer to shared memory, with version
+    `iteration`, under the lock (an actor copies all of the old ones or all of the new)."""
+    tau = args.tau if iteration % args.target_update_freq == 0 else 0.0
+    soft_update(target_agent, agent, tau)
+    while not actors["lock"].acquire(timeout=1.0):
+        check_actors(actors["procs"])  # an actor killed while copying holds the lock forever
+    for key, value in agent.state_dict().items():
+        actors["weights"][key].copy_(value)
+    actors["version"].value = iteration
+    actors["lock"].release()
+
+
+def stop_actors(actors: dict):
+    """End the actors at once (they hold nothing worth saving) and wait until they are gone."""
+    for process in actors["procs"]:
+        process.terminate()
+    for process in actors["procs"]:
+        process.join()
+    for conn in actors["conns"]:
+        conn.close()
+
+
+# Logging, checkpoints, Ctrl-C and evaluation ------------------------------------------------------
+def make_writer(run_dir: str, args: Args) -> SummaryWriter:
+    """TensorBoard writer of the run, with the settings as a table in its TEXT tab."""
+    os.makedirs(run_dir, exist_ok=True)
+    writer = SummaryWriter(run_dir)
+    table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+    writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    return writer
+
+
+def log_iteration(
+    writer, metrics: dict, episodes: list, step: int, iteration: int, last: int, end_step: int
+):
+    """Write the iteration's metrics to TensorBoard and print the progress line."""
+    for key, value in metrics.items():
+        writer.add_scalar(key, value, step)
+    shown = "-"  # until the first episode ends
+    if episodes:
+        metrics["charts/episodic_return"] = float(np.mean([r for r, _ in episodes[-10:]]))
+        metrics["charts/episodic_length"] = float(np.mean([n for _, n in episodes[-10:]]))
+        shown = f"{metrics['charts/episodic_return']:.1f}"
+    sps = metrics["charts/SPS"]
+    eta = (end_step - step) / max(sps, 1)
+    print(f"iter {iteration}/{last} | step {step} | return {shown} | SPS {sps} | "
+          f"lag {metrics['charts/policy_lag_mean']:.1f} | "
+          f"learner wait {metrics['charts/learner_wait_time']:.2f}s | "
+          f"ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)  # fmt: skip
+
+
 def catch_ctrl_c(ctrl_c: threading.Event):
-    """Make Ctrl-C set the event ctrl_c; train() checks it once per iteration, then saves and exits.
-
-    Stopping between iterations keeps all state consistent. Python's default KeyboardInterrupt can
-    land anywhere, also inside TensorBoard's writer, whose close() then waits forever for its thread.
-    A second Ctrl-C interrupts at once. Returns the previous handler (None off the main thread,
-    where Python cannot install one)."""
+    """Make Ctrl-C set ctrl_c, which train() checks between iterations, where all state is
+    consistent (a KeyboardInterrupt inside TensorBoard's writer can hang its close()). A second
+    Ctrl-C interrupts at once. Returns the previous handler (None off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
@@ -584,35 +805,35 @@ def catch_ctrl_c(ctrl_c: threading.Event):
         if ctrl_c.is_set():
             raise KeyboardInterrupt
         ctrl_c.set()
-        os.write(sys.stderr.fileno(), b"\nCtrl-C: stopping after this iteration (press again to stop at once)\n")
+        message = b"\nCtrl-C: stopping after this iteration (press again to stop at once)\n"
+        os.write(sys.stderr.fileno(), message)
 
     return signal.signal(signal.SIGINT, on_ctrl_c)
 
 
-def rng_states() -> dict:
-    """The random generators' states as tensors and plain Python values (no pickled objects)."""
-    np_state = np.random.get_state()
-    numpy_state = [np_state[0], np_state[1].tolist(), np_state[2], np_state[3], np_state[4]]
-    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
-
-
-def set_rng_states(states: dict):
-    random.setstate(states["python"])
-    name, key, pos, has_gauss, gauss = states["numpy"]
-    np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, gauss))
-    torch.set_rng_state(states["torch"])
-
-
-def save_checkpoint(path: str, state: dict):
-    """Write atomically: a crash while saving never leaves a truncated checkpoint behind."""
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+def save_checkpoint(path: str, agent, target_agent, optimizers, reward_rms, args, progress):
+    """Atomic (a crash leaves no truncated file), tensors and plain values only. progress holds
+    global_step, iteration, lr_scale and best_eval. torch's is the only generator the run draws
+    from (the envs have their own, reseeded on resume)."""
+    state = {
+        "script": SCRIPT_NAME,
+        "env_id": args.env_id,
+        "obs_dim": agent.obs_rms.mean.shape[0],
+        "act_dim": agent.actor_logstd.shape[0],
+        "args": dataclasses.asdict(args),
+        "agent": agent.state_dict(),
+        "target_agent": target_agent.state_dict(),
+        "optimizers": [opt.state_dict() for opt in optimizers],
+        "reward_rms": reward_rms.state_dict(),
+        "rng": {"torch": torch.get_rng_state()},
+        **progress,
+    }
+    torch.save(state, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)
 
 
 def load_checkpoint(path: str) -> dict:
-    """A checkpoint is data: weights_only=True unpickles only tensors and plain Python values, so a
-    crafted file cannot run code (a full unpickler runs whatever the file asks for)."""
+    """weights_only=True unpickles only tensors and plain values: a crafted file cannot run code."""
     if not os.path.isfile(path):
         fail(f"checkpoint not found: {path}")
     try:
@@ -621,35 +842,46 @@ def load_checkpoint(path: str) -> dict:
         fail(f"refusing {path}: it holds objects other than tensors and plain values")
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
         fail(f"cannot read checkpoint {path}: {e}".splitlines()[0])
-    if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT_NAME:
-        fail(f"{path} was not written by {SCRIPT_NAME}.py (script: {ckpt.get('script') if isinstance(ckpt, dict) else '?'})")
+    script = ckpt.get("script") if isinstance(ckpt, dict) else None
+    if script != SCRIPT_NAME:
+        fail(f"{path} was not written by {SCRIPT_NAME}.py (script: {script})")
     return ckpt
 
 
-def check_spaces(ckpt: dict, env_id: str, obs_dim: int, act_dim: int):
-    if (ckpt["obs_dim"], ckpt["act_dim"]) != (obs_dim, act_dim):
-        fail(f"the checkpoint holds a policy for {ckpt['env_id']} (obs {ckpt['obs_dim']}, actions {ckpt['act_dim']}); "
-             f"{env_id} has obs {obs_dim}, actions {act_dim}")
+def resume_run(ckpt: dict, args: Args, agent, target_agent, optimizers, reward_rms) -> dict:
+    """Load the saved state into the new objects; return the run's progress."""
+    if (ckpt["obs_dim"], ckpt["act_dim"]) != (
+        agent.obs_rms.mean.shape[0],
+        agent.actor_logstd.shape[0],
+    ):
+        fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
+    agent.load_state_dict(ckpt["agent"])
+    target_agent.load_state_dict(ckpt["target_agent"])
+    for opt, state in zip(optimizers, ckpt["optimizers"]):
+        opt.load_state_dict(state)
+    reward_rms.load_state_dict(ckpt["reward_rms"])
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    changed = [f"{k}={v}" for k, v in vars(args).items() if ckpt["args"].get(k) != v]
+    changed = ", ".join(text for text in changed if not text.startswith("resume=")) or "none"
+    print(f"resuming {args.resume} at step {ckpt['global_step']}; changed: {changed}")
+    return {key: ckpt[key] for key in ("global_step", "iteration", "lr_scale", "best_eval")}
 
 
-def render_kwargs(env_id: str, video: bool) -> dict:
-    if not video:
-        return {}
-    # MuJoCo renders on the CPU here (no GPU): a small frame keeps a 1000-step video at about a minute.
+def render_kwargs(env_id: str) -> dict:
+    # MuJoCo renders on the CPU: a small frame keeps a 1000-step video at about a minute.
     size = {"width": 320, "height": 240} if "mujoco" in str(gym.spec(env_id).entry_point) else {}
     return {"render_mode": "rgb_array", **size}
 
 
-def rendering_error(env_id: str) -> Optional[str]:
+def rendering_error(env_id: str) -> str | None:
     """Render one frame offscreen; return why that failed, or None if it works."""
     error = None
     # A renderer that fails half-built fails again in its __del__, which Python would print.
-    previous_hook = sys.unraisablehook
-    sys.unraisablehook = ignore_unraisable
+    previous_hook, sys.unraisablehook = sys.unraisablehook, ignore_unraisable
     try:
-        import imageio_ffmpeg  # noqa: F401 - the MP4 writer, checked now rather than after training
+        import imageio_ffmpeg  # noqa: F401 - the MP4 writer, checked now rather than at the end
 
-        env = gym.make(env_id, **render_kwargs(env_id, True))
+        env = gym.make(env_id, **render_kwargs(env_id))
         env.reset(seed=0)
         if env.render() is None:
             error = "the env rendered no frame"
@@ -662,24 +894,34 @@ def rendering_error(env_id: str) -> Optional[str]:
     return error
 
 
+def video_dir(args: Args, run_dir: str, gl_error: str | None) -> str | None:
+    """Where --capture-video writes; None (with one warning line) if no frame can be rendered."""
+    error = gl_error or rendering_error(args.env_id)
+    if error is None:
+        return os.path.join(args.video_dir, os.path.basename(run_dir))
+    print(f"warning: --capture-video: cannot render {args.env_id} offscreen ({error}); without "
+          "a screen set MUJOCO_GL=egl (apt-get install libegl1 libgl1-mesa-dri) or MUJOCO_GL="
+          "osmesa (libosmesa6). Training continues without video.", file=sys.stderr)  # fmt: skip
+    return None
+
+
 def ignore_unraisable(unraisable):
     pass
 
 
 @torch.no_grad()
-def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, device: torch.device,
-             video_path: Optional[str] = None) -> list[float]:
-    """Run `episodes` episodes with the deterministic (mean) action, one per sub-env, in parallel;
-    with video_path, also record the first one as an MP4."""
-    envs = gym.make_vec(env_id, num_envs=episodes, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-                        **render_kwargs(env_id, video_path is not None))
+def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, device, video_path=None):
+    """Returns of `episodes` episodes with the deterministic (mean) action, one per sub-env, in
+    parallel; with video_path, the first one is also recorded as an MP4."""
+    envs = make_envs(env_id, episodes, seed, **(render_kwargs(env_id) if video_path else {}))
     obs, _ = envs.reset(seed=seed)
     frames = [envs.envs[0].render()] if video_path else []
     returns, finished = np.zeros(episodes), np.zeros(episodes, dtype=bool)
     while not finished.all():
-        mean = agent.actor_mean(agent.normalize(torch.as_tensor(obs, dtype=torch.float32, device=device)))
-        obs, reward, terminated, truncated, _ = envs.step(scale_action(mean.cpu().numpy(), envs.single_action_space))
+        obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        mean = agent.actor_mean(agent.normalize(obs))
+        action = scale_action(mean.cpu().numpy(), envs.single_action_space)
+        obs, reward, terminated, truncated, _ = envs.step(action)
         done = terminated | truncated
         if video_path and not (finished[0] or done[0]):  # once done, env 0 shows the next episode
             frames.append(envs.envs[0].render())
@@ -689,8 +931,7 @@ def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, device: torch.
         import imageio
 
         os.makedirs(os.path.dirname(video_path), exist_ok=True)
-        fps = envs.envs[0].metadata.get("render_fps", 30)
-        imageio.mimsave(video_path, frames, fps=fps)
+        imageio.mimsave(video_path, frames, fps=envs.envs[0].metadata.get("render_fps", 30))
     envs.close()
     return returns.tolist()
 
@@ -699,26 +940,28 @@ def evaluate_checkpoint(args: Args) -> dict[str, float]:
     ckpt = load_checkpoint(args.eval_checkpoint)
     agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
     agent.load_state_dict(ckpt["agent"])
-    returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, args.seed + EVAL_SEED_OFFSET, torch.device("cpu"))
-    print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± {np.std(returns):.1f} over {len(returns)} episodes")
+    seed = args.seed + EVAL_SEED_OFFSET
+    returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, seed, torch.device("cpu"))
+    print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± "
+          f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
     return {"eval/episodic_return": float(np.mean(returns))}
 
 
-# ---------------------------------------------------------------------------------------------
-# Training
-# ---------------------------------------------------------------------------------------------
-def check_args(args: Args):
-    for name in ("total_timesteps", "num_actors", "num_envs", "num_steps", "num_rollouts", "num_minibatches",
-                 "update_epochs", "eval_episodes", "threads", "target_update_freq"):
-        if getattr(args, name) <= 0:
+# Training -----------------------------------------------------------------------------------------
+def check_args(args: Args, global_step: int) -> tuple[int, int]:
+    """One clear line for bad input. Returns the first and last iteration: whole batches only,
+    never past --total-timesteps; a resume goes on from the saved step."""
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
+    positive += ["eval_episodes", "threads", "learning_rate", "critic_learning_rate", "desired_kl"]
+    positive += ["num_actors", "num_rollouts", "target_update_freq"]
+    for name in positive:
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     batch_size = args.num_rollouts * args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
-        fail(f"batch size num_rollouts * num_envs * num_steps = {batch_size} is not divisible by --num-minibatches {args.num_minibatches}")
-    if args.learning_rate <= 0 or (args.critic_learning_rate is not None and args.critic_learning_rate <= 0):
-        fail("learning rates must be positive")
-    if args.desired_kl is not None and args.desired_kl <= 0:
-        fail(f"--desired-kl must be positive, got {args.desired_kl}")
+        fail(
+            f"batch size {batch_size} is not divisible by --num-minibatches {args.num_minibatches}"
+        )
     for name in ("lr_decrease_factor", "lr_increase_factor"):
         if not getattr(args, name) > 1.0:  # a factor <= 1 would turn the rule around
             fail(f"--{name.replace('_', '-')} must be > 1, got {getattr(args, name)}")
@@ -730,6 +973,16 @@ def check_args(args: Args):
         fail("--clip-rho and --clip-c must be positive")
     if args.cuda and not torch.cuda.is_available():
         fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
+    first_iteration = global_step // batch_size + 1
+    last_iteration = first_iteration - 1 + (args.total_timesteps - global_step) // batch_size
+    if last_iteration < first_iteration:
+        fail(f"no whole batch of {batch_size} steps (rollouts x envs x steps) fits between step "
+             f"{global_step} and --total-timesteps {args.total_timesteps}")  # fmt: skip
+    end_step = global_step + (last_iteration - first_iteration + 1) * batch_size
+    if end_step != args.total_timesteps:
+        print(f"note: training to step {end_step}: --total-timesteps {args.total_timesteps} is "
+              f"not reached in whole batches of {batch_size}")  # fmt: skip
+    return first_iteration, last_iteration
 
 
 def saved_args(ckpt: dict) -> Args:
@@ -738,9 +991,9 @@ def saved_args(ckpt: dict) -> Args:
     return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
 
 
-def parse_args(argv: Optional[list[str]] = None) -> Args:
-    """The command line. With --resume it is parsed a second time with the saved run's settings as
-    the defaults, so every flag the user typed wins (even one set back to its default)."""
+def parse_args(argv: list[str] | None = None) -> Args:
+    """The command line. With --resume it is parsed again with the saved settings as defaults,
+    so every flag the user typed wins (even one set back to its default)."""
     args = tyro.cli(Args, args=argv)
     if args.resume is None:
         return args
@@ -748,296 +1001,110 @@ def parse_args(argv: Optional[list[str]] = None) -> Args:
 
 
 def train(args: Args) -> dict[str, float]:
-    """Train with exactly these settings; with args.resume, continue that checkpoint's run (use
-    parse_args to start from the saved settings)."""
-    if args.capture_video and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen (read at import)
-    gl_error = import_mujoco()
+    """Train with exactly these settings; with args.resume, go on with that checkpoint's run."""
+    gl_error = import_mujoco(args.capture_video)
     if args.eval_checkpoint is not None:
         return evaluate_checkpoint(args)
-    ckpt = None
-    if args.resume is not None:
-        ckpt = load_checkpoint(args.resume)
-    check_args(args)
-    rollout_size = args.num_envs * args.num_steps
-    batch_size = args.num_rollouts * rollout_size
-    minibatch_size = batch_size // args.num_minibatches
+    ckpt = load_checkpoint(args.resume) if args.resume is not None else None
     global_step = 0 if ckpt is None else ckpt["global_step"]
-    # Whole batches only, never past --total-timesteps. Iterations count batches of the current
-    # size, so a resume with another batch size goes on from the saved step.
-    start_iteration = global_step // batch_size + 1
-    num_iterations = start_iteration - 1 + (args.total_timesteps - global_step) // batch_size
-    if num_iterations < start_iteration:
-        fail(f"no whole batch of {batch_size} steps (rollouts x envs x steps) fits between step "
-             f"{global_step} and --total-timesteps {args.total_timesteps}")
-
-    random.seed(args.seed)
-    np.random.seed(args.seed)
+    first_iteration, num_iterations = check_args(args, global_step)
+    batch_size = args.num_rollouts * args.num_envs * args.num_steps
+    end_step = global_step + (num_iterations - first_iteration + 1) * batch_size
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.cuda else "cpu")
-
-    probe = make_envs(args.env_id, 1, args.seed)  # bad env ids fail here, before any actor starts
-    obs_dim = int(np.prod(probe.single_observation_space.shape))
-    act_dim = int(np.prod(probe.single_action_space.shape))
-    probe.close()
-    agent = Agent(obs_dim, act_dim, args).to(device)
-    target_agent = copy.deepcopy(agent)
+    envs = make_envs(args.env_id, 1, args.seed)  # a bad env id fails here, before any actor starts
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args).to(device)
+    envs.close()
+    target_agent = copy.deepcopy(agent)  # IMPACT's target network
     optimizers = make_optimizers(agent, args)
     reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
-    # Per actor (its rollouts arrive in order); the envs start fresh episodes on resume.
-    discounted_return = np.zeros((args.num_actors, args.num_envs))
+    progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
+    run_dir = f"{args.log_dir}/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     if ckpt is not None:
-        check_spaces(ckpt, args.env_id, obs_dim, act_dim)
-        agent.load_state_dict(ckpt["agent"])
-        target_agent.load_state_dict(ckpt["target_agent"])
-        for opt, state in zip(optimizers, ckpt["optimizers"]):
-            opt.load_state_dict(state)
-        reward_rms.load_state_dict(ckpt["reward_rms"])
-        set_rng_states(ckpt["rng"])
+        progress = resume_run(ckpt, args, agent, target_agent, optimizers, reward_rms)
         run_dir = os.path.dirname(os.path.abspath(args.resume))
-        changed = [f"{k}={v}" for k, v in dataclasses.asdict(args).items()
-                   if k != "resume" and ckpt["args"].get(k) != v]
-        changed_text = ", ".join(changed) or "none"
-        print(f"resuming {args.resume} at step {global_step}; changed: {changed_text}")
-    else:
-        run_dir = os.path.join(args.log_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-    os.makedirs(run_dir, exist_ok=True)
-    writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    actor_params = [*agent.actor_mean.parameters(), agent.actor_logstd]
-    critic_params = list(agent.critic.parameters())
-    lr_scale = ckpt["lr_scale"] if ckpt is not None else 1.0
-    best_eval = ckpt["best_eval"] if ckpt is not None else -math.inf
-
-    def checkpoint_state(iteration: int) -> dict:
-        return {"script": SCRIPT_NAME, "env_id": args.env_id, "obs_dim": obs_dim, "act_dim": act_dim,
-                "args": dataclasses.asdict(args), "agent": agent.state_dict(), "target_agent": target_agent.state_dict(),
-                "optimizers": [opt.state_dict() for opt in optimizers], "reward_rms": reward_rms.state_dict(),
-                "global_step": global_step, "iteration": iteration, "lr_scale": lr_scale,
-                "best_eval": best_eval, "rng": rng_states()}
-
+    writer = make_writer(run_dir, args)
+    loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    video_error = None
-    if args.capture_video:
-        video_error = gl_error or rendering_error(args.env_id)
-    if video_error:
-        print(f"warning: --capture-video: cannot render {args.env_id} offscreen ({video_error}); without a screen set "
-              "MUJOCO_GL=egl (Debian: apt-get install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa (libosmesa6). "
-              "Training continues without video.", file=sys.stderr)
-
-    def video_path() -> Optional[str]:
-        if not args.capture_video or video_error:
-            return None
-        return os.path.join(args.video_dir, os.path.basename(run_dir), f"eval_step{global_step}.mp4")
-
-    # The learner publishes weights + normalizer statistics here after every update; `version`
-    # counts updates, so learner version - behaviour version = policy lag in updates.
-    shared_state = {k: v.detach().cpu().clone().share_memory_() for k, v in agent.state_dict().items()}
-    ctx = mp.get_context("spawn")  # fork would copy the learner's threads and locks in whatever state they are
-    version = ctx.Value("q", start_iteration - 1)
-    # A lock-free flag, not an Event: an actor killed inside Event.is_set() would hold its lock forever.
-    stop = ctx.RawValue("b", 0)
-    actors, conns = start_actors(ctx, args, obs_dim, act_dim, shared_state, version, stop, global_step)
-    print(f"{args.env_id}: updates {start_iteration}-{num_iterations} of {batch_size} steps "
-          f"({args.num_rollouts} rollouts of {args.num_envs} envs x {args.num_steps}), "
-          f"minibatch {minibatch_size}; actor pids "
-          f"{' '.join(str(p.pid) for p in actors)}; logging to {run_dir}", flush=True)
-
-    episode_returns, episode_lengths = [], []
-    metrics: dict[str, float] = {}
-    start_time, start_step = time.time(), global_step
-    end_step = global_step + (num_iterations - start_iteration + 1) * batch_size
-    if end_step != args.total_timesteps:
-        print(f"note: training to step {end_step}: --total-timesteps {args.total_timesteps} is not "
-              f"reached in whole batches of {batch_size}")
+    videos = video_dir(args, run_dir, gl_error) if args.capture_video else None
     saved_step = None if ckpt is None else global_step  # the step checkpoint.pt holds
-    iteration = start_iteration - 1
+    actors = start_actors(agent, global_step, args)
+    episodes = actors["episodes"]  # (return, length) of every finished episode
+    start_time, start_step = time.time(), global_step
+    eval_seed = args.seed + EVAL_SEED_OFFSET
+    print(f"{args.env_id}: iterations {first_iteration}-{num_iterations} of {batch_size} steps "
+          f"(rollouts per update: {args.num_rollouts}); logging to {run_dir}")  # fmt: skip
+    state = (agent, target_agent, optimizers, reward_rms, args, progress)
     ctrl_c = threading.Event()
     previous_sigint = catch_ctrl_c(ctrl_c)
     try:
-        for iteration in range(start_iteration, num_iterations + 1):
-            # An actor's death is noticed while the state is that of a whole update: before this
-            # update's rollouts arrive (done: iteration - 1), or while publishing its result.
-            done_iteration, done_step = iteration - 1, global_step
-            if ctrl_c.is_set():  # Ctrl-C: stop between iterations, where all state is consistent
-                save_checkpoint(checkpoint_path, checkpoint_state(iteration - 1))
+        for iteration in range(first_iteration, num_iterations + 1):
+            if args.anneal_lr and args.desired_kl is None:
+                progress["lr_scale"] = 1.0 - (iteration - 1.0) / num_iterations
+            set_learning_rate(optimizers, progress["lr_scale"])
+            rollout, lag = receive_rollouts(agent, target_agent, reward_rms, actors, writer, args)
+            global_step = actors["step"]
+            rollout["returns"], rollout["advantages"] = vtrace_advantages(
+                rollout["behaviour_logprobs"], rollout["logprobs"], rollout["rewards"],
+                rollout["values"], rollout.pop("bootstrap_values"), rollout["dones"],
+                args.gamma, args.clip_rho, args.clip_c)  # fmt: skip
+            batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
+            metrics, progress["lr_scale"] = ppo_update(
+                agent, optimizers, loss_fn, batch, progress["lr_scale"], args
+            )
+            if args.norm_obs:  # the normalizer learns from the rollout after the update
+                agent.obs_rms.update(batch["obs"])
+
+            metrics.update(lag)
+            metrics["charts/SPS"] = int((global_step - start_step) / (time.time() - start_time))
+            metrics["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
+            log_iteration(
+                writer, metrics, episodes, global_step, iteration, num_iterations, end_step
+            )
+
+            progress["global_step"] = global_step
+            progress["iteration"] = iteration
+            publish(agent, target_agent, actors, iteration, args)  # after progress: check_actors
+            if args.eval_every and iteration % args.eval_every == 0:
+                video = videos and f"{videos}/eval_step{global_step}.mp4"
+                returns = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device, video)
+                writer.add_scalar("eval/periodic_return", np.mean(returns), global_step)
+                if np.mean(returns) > progress["best_eval"]:
+                    progress["best_eval"] = float(np.mean(returns))
+                    save_checkpoint(os.path.join(run_dir, "best.pt"), *state)
+            stop = ctrl_c.is_set() and iteration < num_iterations
+            periodic = args.checkpoint_every > 0 and iteration % args.checkpoint_every == 0
+            if periodic or stop or iteration == num_iterations:
+                save_checkpoint(checkpoint_path, *state)
+                saved_step = global_step
+            if stop:
                 writer.close()
                 print(f"\ninterrupted at step {global_step}; "
-                      f"resume with --resume {checkpoint_path}", file=sys.stderr)
+                      f"resume with --resume {checkpoint_path}", file=sys.stderr)  # fmt: skip
                 raise SystemExit(130)
-            if args.anneal_lr and args.desired_kl is None:
-                lr_scale = 1.0 - (iteration - 1.0) / num_iterations
-            set_learning_rate(optimizers, lr_scale)
-
-            # --- Receive rollouts from whichever actors are ready. ---
-            wait_start = time.time()
-            rollouts = receive_rollouts(actors, conns, args.num_rollouts)
-            learner_wait = time.time() - wait_start
-            global_step += batch_size
-
-            # Batch along the env axis: [T, num_rollouts * num_envs]. Rewards are scaled per actor,
-            # whose rollouts arrive in order, so each env's discounted return continues correctly.
-            discounted = np.zeros((args.num_steps, len(rollouts) * args.num_envs))
-            for k, ro in enumerate(rollouts):
-                dr = discounted_return[ro["actor"]]
-                for t in range(args.num_steps):
-                    dr = dr * args.gamma + ro["rewards"][t]
-                    discounted[t, k * args.num_envs:(k + 1) * args.num_envs] = dr
-                    dr = np.where(ro["terminated"][t] | ro["truncated"][t], 0.0, dr)
-                discounted_return[ro["actor"]] = dr
-                for ret, length in ro["episodes"]:
-                    episode_returns.append(ret)
-                    episode_lengths.append(length)
-                    writer.add_scalar("charts/episodic_return", ret, global_step)
-                    writer.add_scalar("charts/episodic_length", length, global_step)
-
-            def cat(key, axis=1, dtype=torch.float32):
-                return torch.as_tensor(np.concatenate([ro[key] for ro in rollouts], axis=axis), dtype=dtype, device=device)
-
-            obs, actions, behaviour_logprobs, behaviour_means = cat("obs"), cat("actions"), cat("logprobs"), cat("means")
-            rewards, final_obs = cat("rewards"), cat("final_obs")
-            terminated, truncated = cat("terminated", dtype=torch.bool), cat("truncated", dtype=torch.bool)
-            behaviour_std = torch.as_tensor(np.repeat(np.stack([ro["std"] for ro in rollouts]), args.num_envs, axis=0),
-                                            device=device).expand_as(behaviour_means)  # [B, A] -> [T, B, A]
-            behaviour_version = np.repeat([ro["version"] for ro in rollouts], args.num_envs)
-            policy_lag = (iteration - 1) - behaviour_version  # updates done so far - version acted with
-            if args.norm_reward:
-                reward_rms.update(torch.as_tensor(discounted))
-                rewards = (rewards / torch.sqrt(reward_rms.var.float() + 1e-8)).clamp(-args.clip_reward, args.clip_reward)
-
-            # --- V-trace with the current critic and the target policy (normalizer frozen). ---
-            agent.eval()
-            with torch.no_grad():
-                _, _, _, values, start_means, start_std = agent.get_action_and_value(obs, actions)
-                bootstrap_values = agent.get_value(cat("next_obs", axis=0))
-                add_truncation_bootstrap(agent, rewards, final_obs, terminated, truncated,
-                                         args.gamma)
-                dones = (terminated | truncated).float()
-                target_logprobs = target_agent.get_action_and_value(obs, actions)[1]
-                vs, advantages = vtrace_advantages(behaviour_logprobs, target_logprobs, rewards, values, bootstrap_values,
-                                                   dones, args.gamma, args.clip_rho, args.clip_c)
-                rho = torch.exp(target_logprobs - behaviour_logprobs)
-                behaviour_kl = gaussian_kl(behaviour_means, behaviour_std, start_means, start_std).mean().item()
-
-            # --- Update: PPO epochs on the IMPACT surrogate; the normalizer stays frozen. ---
-            agent.train()
-            b_obs, b_actions = obs.reshape(-1, obs_dim), actions.reshape(-1, act_dim)
-            b_target_logprobs, b_advantages, b_vs, b_values = (
-                x.reshape(-1) for x in (target_logprobs, advantages, vs, values))
-            b_means, b_std = start_means.reshape(-1, act_dim), start_std.reshape(-1, act_dim)
-            stats: dict[str, list[torch.Tensor]] = {}
-            for epoch in range(args.update_epochs):
-                perm = torch.randperm(batch_size, device=device)
-                for start in range(0, batch_size, minibatch_size):
-                    mb = perm[start:start + minibatch_size]
-                    loss, logratio, ratio, mean, std, terms = ppo_loss(
-                        agent, b_obs[mb], b_actions[mb], b_target_logprobs[mb], b_advantages[mb], b_vs[mb], b_values[mb], args)
-                    for opt in optimizers:
-                        opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    gn_actor = nn.utils.clip_grad_norm_(actor_params, args.max_grad_norm, foreach=True)
-                    gn_critic = nn.utils.clip_grad_norm_(critic_params, args.max_grad_norm, foreach=True)
-                    for opt in optimizers:
-                        opt.step()
-                    with torch.no_grad():
-                        kl = ((ratio - 1) - logratio).mean()  # Schulman's low-variance estimator
-                        if args.desired_kl is not None:
-                            # How far this update has moved the policy so far (from where it started).
-                            gkl = gaussian_kl(b_means[mb], b_std[mb], mean, std).mean().item()
-                            lr_scale = adapt_learning_rate(lr_scale * args.learning_rate, gkl, args.desired_kl,
-                                                           args.lr_decrease_factor, args.lr_increase_factor) / args.learning_rate
-                            set_learning_rate(optimizers, lr_scale)
-                        for key, value in (*terms.items(), ("approx_kl", kl),
-                                           ("clipfrac", ((ratio - 1.0).abs() > args.clip_coef).float().mean()),
-                                           ("actor_grad_norm", gn_actor), ("critic_grad_norm", gn_critic),
-                                           ("grad_norm", torch.sqrt(gn_actor**2 + gn_critic**2))):
-                            stats.setdefault(key, []).append(value.detach())
-
-            with torch.no_grad():
-                stats = {k: torch.stack(v).float().mean().item() for k, v in stats.items()}
-                var_y = b_vs.var()
-                explained_var = (1 - (b_vs - b_values).var() / var_y).item() if var_y > 0 else float("nan")
-                if args.norm_obs:  # learned from the rollouts after the update that used them
-                    agent.obs_rms.update(b_obs)
-                if iteration % args.target_update_freq == 0:
-                    soft_update(target_agent, agent, args.tau)
-                else:
-                    target_agent.obs_rms.load_state_dict(agent.obs_rms.state_dict())
-            done_iteration, done_step = iteration, global_step
-            publish(agent, shared_state, version, iteration, actors)
-
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            actor_time = sum(ro["rollout_time"] + ro["send_wait"] for ro in rollouts)
-            metrics = {
-                **{f"losses/{k}": v for k, v in stats.items()},
-                "charts/learning_rate": optimizers[0].param_groups[0]["lr"], "charts/SPS": sps,
-                "losses/explained_variance": explained_var,
-                "losses/behaviour_kl": behaviour_kl,
-                "losses/rho_clipfrac": (rho > args.clip_rho).float().mean().item(),
-                "losses/rho_p99": torch.quantile(rho.flatten().double(), 0.99).item(),
-                "charts/policy_lag_mean": float(policy_lag.mean()), "charts/policy_lag_max": float(policy_lag.max()),
-                "charts/learner_wait_time": learner_wait,
-                "charts/actor_wait_time": float(np.mean([ro["send_wait"] for ro in rollouts])),
-                "charts/actor_wait_frac": sum(ro["send_wait"] for ro in rollouts) / max(actor_time, 1e-9),
-                "charts/advantage_mean": b_advantages.mean().item(), "charts/advantage_std": b_advantages.std().item(),
-                "charts/value_mean": b_values.mean().item(), "charts/policy_std": start_std.mean().item(),
-            }
-            for key, value in metrics.items():
-                writer.add_scalar(key, value, global_step)
-            shown_return = "-"  # until the first episode ends
-            if episode_returns:
-                metrics["charts/episodic_return"] = float(np.mean(episode_returns[-10:]))
-                metrics["charts/episodic_length"] = float(np.mean(episode_lengths[-10:]))
-                shown_return = f"{metrics['charts/episodic_return']:.1f}"
-            eta = (end_step - global_step) / max(sps, 1)
-            print(f"iter {iteration}/{num_iterations} | step {global_step} | "
-                  f"return {shown_return} | SPS {sps} | lag "
-                  f"{metrics['charts/policy_lag_mean']:.1f} | learner wait {learner_wait:.2f}s | "
-                  f"ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)
-
-            if args.eval_every and iteration % args.eval_every == 0:
-                eval_return = float(np.mean(evaluate(agent, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET,
-                                                     device, video_path())))
-                writer.add_scalar("eval/periodic_return", eval_return, global_step)
-                if eval_return > best_eval:
-                    best_eval = eval_return
-                    save_checkpoint(os.path.join(run_dir, "best.pt"), checkpoint_state(iteration))
-            if args.checkpoint_every and iteration % args.checkpoint_every == 0:
-                save_checkpoint(checkpoint_path, checkpoint_state(iteration))
-                saved_step = global_step
+        video = videos and f"{videos}/eval_step{global_step}.mp4"
+        returns = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device, video)
     except KeyboardInterrupt:  # a second Ctrl-C: the state may be half-updated, so none is saved
         last = "none yet" if saved_step is None else f"{checkpoint_path} (step {saved_step})"
         print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
         raise SystemExit(130)
-    except SystemExit as e:
-        if e.code == 130:  # Ctrl-C, saved above
-            raise
-        # An actor died: keep what was learned, then report it.
-        global_step = done_step
-        save_checkpoint(checkpoint_path, checkpoint_state(done_iteration))
+    except ChildProcessError as e:  # an actor died (check_actors): keep what was learned
+        save_checkpoint(checkpoint_path, *state)
         writer.close()
-        raise SystemExit(f"{e.code}; stopped at step {global_step}, resume with --resume {checkpoint_path}") from None
+        fail(f"{e}; resume with --resume {checkpoint_path} (step {progress['global_step']})")
     finally:
-        stop_actors(actors, conns, stop)  # every way out: no actor outlives the learner
+        stop_actors(actors)  # every way out: no actor outlives the learner
         if previous_sigint is not None:
             signal.signal(signal.SIGINT, previous_sigint)
 
-    save_checkpoint(checkpoint_path, checkpoint_state(iteration))
-    try:  # the actors are stopped: a second Ctrl-C now only skips the evaluation
-        eval_seed = args.seed + EVAL_SEED_OFFSET
-        eval_returns = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device,
-                                video_path())
-    except KeyboardInterrupt:
-        print(f"\nstopped before the final evaluation; checkpoint: {checkpoint_path}",
-              file=sys.stderr)
-        raise SystemExit(130) from None
-    metrics["eval/episodic_return"] = float(np.mean(eval_returns))
+    metrics["eval/episodic_return"] = float(np.mean(returns))
     metrics["global_step"] = global_step
     writer.add_scalar("eval/episodic_return", metrics["eval/episodic_return"], global_step)
     writer.close()
-    print(f"deterministic eval over {args.eval_episodes} episodes: {metrics['eval/episodic_return']:.1f}; "
-          f"checkpoint: {checkpoint_path}")
+    print(f"deterministic eval over {args.eval_episodes} episodes: "
+          f"{metrics['eval/episodic_return']:.1f}; checkpoint: {checkpoint_path}")  # fmt: skip
     return metrics
 
 

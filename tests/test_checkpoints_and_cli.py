@@ -152,12 +152,11 @@ def test_second_ctrl_c_leaves_the_last_checkpoint_as_it_was(script, tmp_path, mo
 # Optimizers
 # ---------------------------------------------------------------------------------------------
 def test_weight_decay_reaches_every_parameter_group(script):
-    options = {} if script.__name__ == "appo_vtrace" else {"optimizer": "muon"}
     agent = script.Agent(5, 3, script.Args(actor_layers=(8, 8, 8), critic_layers=(8, 8, 8)))
     for weight_decay in (0.0, 0.01):  # 0.0: torch.optim.Muon's own default would be 0.1
-        args = script.Args(weight_decay=weight_decay, **options)
+        args = script.Args(weight_decay=weight_decay, optimizer="muon")
         optimizers = script.make_optimizers(agent, args)
-        assert len(optimizers) == (1 if script.__name__ == "appo_vtrace" else 2)
+        assert len(optimizers) == 2
         for opt in optimizers:
             assert [g["weight_decay"] for g in opt.param_groups] == [weight_decay] * 2
 
