@@ -41,6 +41,8 @@ class Args:
     """the frames are spread evenly over the first this many seconds of the episode"""
     seed: int = 10_000
     """seed of the episode (the scripts' final evaluation uses seed + 10000 too)"""
+    zoom: float = 1.5
+    """show the central 1/zoom of each frame's width and height (the camera tracks the body)"""
 
 
 def main(args: Args):
@@ -59,9 +61,12 @@ def main(args: Args):
         last = min(len(frames) - 1, int(args.seconds * fps))
         picks = np.linspace(0, last, args.frames).round().astype(int)
         label = f"{ckpt['script']}.py, seed {ckpt['args']['seed']}: return {episode_return:.0f}"
-        rows.append((label, [frames[i] for i in picks], picks / fps))
+        height, width = frames.shape[1:3]
+        top, left = int(height * (1 - 1 / args.zoom) / 2), int(width * (1 - 1 / args.zoom) / 2)
+        crops = [frames[i][top : height - top, left : width - left] for i in picks]
+        rows.append((label, crops, picks / fps))
         print(f"{video}: {len(frames)} frames, return {episode_return:.1f}")
-    fig, axes = plt.subplots(len(rows), args.frames, figsize=(2 * args.frames, 1.7 * len(rows)))
+    fig, axes = plt.subplots(len(rows), args.frames, figsize=(2.2 * args.frames, 2.4 * len(rows)))
     axes = np.atleast_2d(axes)
     for r, (label, frames, times) in enumerate(rows):
         for c, frame in enumerate(frames):
@@ -69,10 +74,10 @@ def main(args: Args):
             axes[r, c].set_xticks([])
             axes[r, c].set_yticks([])
             axes[r, c].set_xlabel(f"{times[c]:.1f} s", fontsize=8)
-        axes[r, 0].set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
+        axes[r, 0].set_title(label, fontsize=10, loc="left")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    fig.savefig(args.output, dpi=80)
+    fig.savefig(args.output, dpi=90)
     print("wrote", args.output)
 
 
