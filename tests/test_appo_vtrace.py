@@ -258,7 +258,8 @@ def test_resume_with_another_batch_size_stops_at_total_timesteps(tmp_path, capsy
 
 
 def test_options_train_with_finite_losses(tmp_path):
-    """Adaptive LR, value clipping, a soft and rarer target update, rho-bar != c-bar, 3 actors."""
+    """Adaptive LR, value clipping, a soft and rarer target update, rho-bar != c-bar, 3 actors,
+    and the base's options: Muon, target KL, asymmetric clip, bounds loss and L2C2."""
     metrics = appo.train(
         short_args(
             tmp_path,
@@ -271,9 +272,16 @@ def test_options_train_with_finite_losses(tmp_path):
             target_update_freq=2,
             clip_rho=2.0,
             clip_c=0.5,
+            optimizer="muon",
+            target_kl=0.05,
+            clip_low=0.2,
+            clip_high=0.28,
+            bounds_loss_coef=0.1,
+            l2c2_coef=0.1,
         )
     )
     assert all(np.isfinite(v) for v in metrics.values())
+    assert metrics["losses/l2c2_loss"] > 0 and "losses/bounds_loss" in metrics
 
 
 def test_each_update_starts_at_ratio_one_to_the_target_network(tmp_path, monkeypatch):
