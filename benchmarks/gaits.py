@@ -31,6 +31,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 class Args:
     checkpoints: tuple[str, ...]
     """checkpoint.pt files of finished runs (one row each)"""
+    labels: tuple[str, ...] = ()
+    """row titles, one per checkpoint (default: the script and its seed)"""
     output: str = os.path.join(HERE, "plots", "gaits.png")
     """the PNG with one row of frames per checkpoint"""
     video_dir: str = os.path.join(os.path.dirname(HERE), "videos", "gaits")
@@ -47,8 +49,10 @@ class Args:
 
 def main(args: Args):
     os.environ.setdefault("MUJOCO_GL", "egl")
+    if args.labels and len(args.labels) != len(args.checkpoints):
+        raise SystemExit("error: give one --labels entry per checkpoint")
     rows = []
-    for path in args.checkpoints:
+    for i, path in enumerate(args.checkpoints):
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         script = importlib.import_module(ckpt["script"])
         agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt))
@@ -60,7 +64,10 @@ def main(args: Args):
         fps = iio.immeta(video).get("fps", 30)
         last = min(len(frames) - 1, int(args.seconds * fps))
         picks = np.linspace(0, last, args.frames).round().astype(int)
-        label = f"{ckpt['script']}.py, seed {ckpt['args']['seed']}: return {episode_return:.0f}"
+        name = f"{ckpt['script']}.py, seed {ckpt['args']['seed']}"
+        if args.labels:
+            name = args.labels[i]
+        label = f"{name}: return {episode_return:.0f}"
         height, width = frames.shape[1:3]
         top, left = int(height * (1 - 1 / args.zoom) / 2), int(width * (1 - 1 / args.zoom) / 2)
         crops = [frames[i][top : height - top, left : width - left] for i in picks]
