@@ -52,7 +52,7 @@ def main(args: Args):
     if args.labels and len(args.labels) != len(args.checkpoints):
         raise SystemExit("error: give one --labels entry per checkpoint")
     rows = []
-    for i, path in enumerate(args.checkpoints):
+    for row, path in enumerate(args.checkpoints):
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         script = importlib.import_module(ckpt["script"])
         agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt))
@@ -66,7 +66,7 @@ def main(args: Args):
         picks = np.linspace(0, last, args.frames).round().astype(int)
         name = f"{ckpt['script']}.py, seed {ckpt['args']['seed']}"
         if args.labels:
-            name = args.labels[i]
+            name = args.labels[row]
         label = f"{name}: return {episode_return:.0f}"
         height, width = frames.shape[1:3]
         top, left = int(height * (1 - 1 / args.zoom) / 2), int(width * (1 - 1 / args.zoom) / 2)
