@@ -59,7 +59,7 @@ def main(args: Args):
         agent.load_state_dict(ckpt["agent"])
         run = os.path.basename(os.path.dirname(os.path.abspath(path)))
         video = os.path.join(args.video_dir, f"{run}.mp4")
-        (episode_return,) = script.evaluate(agent, ckpt["env_id"], 1, args.seed, "cpu", video)
+        (episode_return,) = script.evaluate(agent, ckpt["env_id"], 1, args.seed, video)
         frames = iio.imread(video)
         fps = iio.immeta(video).get("fps", 30)
         last = min(len(frames) - 1, int(args.seconds * fps))

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -90,10 +89,11 @@ def call_ppo_loss(script, agent, obs, actions, old_logprobs, advantages, args):
     """ppo_loss of any script, with zero returns and old values. ppo_symaug's also takes mirror
     maps: with the identity the mirrored half copies the minibatch, and means are unchanged."""
     zeros = torch.zeros(len(obs))
-    batch = (agent, obs, actions, old_logprobs, advantages, zeros, zeros, args)
+    mb = {"obs": obs, "actions": actions, "logprobs": old_logprobs, "advantages": advantages}
+    mb.update(returns=zeros, values=zeros, means=torch.zeros_like(actions))
     if hasattr(script, "make_mirror_fns"):
-        return script.ppo_loss(*batch, lambda o: o, lambda a: a)
-    return script.ppo_loss(*batch)
+        return script.ppo_loss(agent, mb, args, lambda o: o, lambda a: a)
+    return script.ppo_loss(agent, mb, args)
 
 
 # ppo_spo.py replaces the clip by SPO's penalty (tests/test_ppo_spo.py); appo_vtrace.py clips too.
@@ -113,13 +113,11 @@ def test_clipped_surrogate_matches_the_formula_and_stops_outside_the_range(name)
     ratios = torch.tensor([0.5, 0.75, 0.9, 1.1, 1.25, 1.6]).repeat(2)
     advantages = torch.tensor([1.5] * 6 + [-0.7] * 6)
     with torch.no_grad():
-        logprobs = agent.get_action_and_value(obs, actions)[1]
+        logprobs = agent.get_action_and_value(obs, actions)["logprobs"]
     # The gradient with respect to the old log-probs is -dL/dr * r: it is zero where dL/dr is.
     old_logprobs = (logprobs - ratios.log()).requires_grad_(True)
-    _, _, ratio, _, _, terms = call_ppo_loss(
-        script, agent, obs, actions, old_logprobs, advantages, args
-    )
-    torch.testing.assert_close(ratio.detach(), ratios)
+    _, terms, new = call_ppo_loss(script, agent, obs, actions, old_logprobs, advantages, args)
+    torch.testing.assert_close(new["ratio"].detach(), ratios)
     expected = -torch.min(ratios * advantages, ratios.clamp(1 - low, 1 + high) * advantages).mean()
     torch.testing.assert_close(terms["policy_loss"], expected)
     (grad,) = torch.autograd.grad(terms["policy_loss"], old_logprobs)
@@ -159,10 +157,11 @@ def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(
     statistics (ratio exactly 1); the count grows by exactly one batch per iteration."""
     seen = []
 
-    def recording_loss(agent, obs, actions, old_logprobs, *rest):
-        out = original(agent, obs, actions, old_logprobs, *rest)
+    def recording_loss(agent, mb, *rest):
+        out = original(agent, mb, *rest)
+        logratio = out[2]["logratio"]
         seen.append(
-            (agent.obs_rms.count.item(), agent.obs_rms.mean.clone(), out[1].abs().max().item())
+            (agent.obs_rms.count.item(), agent.obs_rms.mean.clone(), logratio.abs().max().item())
         )
         return out
 
@@ -359,8 +358,8 @@ def toy_rollout_and_batch(ppo, monkeypatch, **overrides):
     agent = ppo.Agent(1, 1, args)
     agent.obs_rms.update(torch.arange(6.0)[:, None])  # statistics of the obs 0..5
     carry = ppo.start_episodes(envs, 100, args, torch.device("cpu"))
-    episodes, writer = [], RecordingWriter()
-    rollout = ppo.collect_rollout(agent, envs, ppo.RunningMeanStd(), carry, episodes, writer, args)
+    writer = RecordingWriter()
+    rollout = ppo.collect_rollout(agent, envs, ppo.RunningMeanStd(), carry, 100, writer, args)
     envs.close()
     advantages, returns = ppo.compute_gae(
         rollout["rewards"], rollout["values"], rollout["next_values"], rollout["terminated"],
@@ -368,15 +367,15 @@ def toy_rollout_and_batch(ppo, monkeypatch, **overrides):
     )  # fmt: skip
     batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
     batch["advantages"], batch["returns"] = advantages.flatten(), returns.flatten()
-    return agent, args, carry, episodes, writer, rollout, batch
+    return agent, args, carry, writer, rollout, batch
 
 
 def test_collect_rollout_counts_steps_and_episodes_and_bootstraps_from_the_final_obs(
     ppo, monkeypatch
 ):
-    agent, args, carry, episodes, writer, rollout, _ = toy_rollout_and_batch(ppo, monkeypatch)
-    assert carry["step"] == 100 + 20 and carry["obs"].shape == (2, 1)
-    assert episodes == [(5.0, 5)] * 4  # 2 envs x 2 episodes of 5 steps, reward 1
+    agent, args, carry, writer, rollout, _ = toy_rollout_and_batch(ppo, monkeypatch)
+    assert carry["obs"].shape == (2, 1)
+    assert carry["episodes"] == [(5.0, 5)] * 4  # 2 envs x 2 episodes of 5 steps, reward 1
     # Logged at the step each episode ended: steps 5 and 10 of the rollout, 2 envs per step.
     assert [s for t, _, s in writer.scalars if t == "charts/episodic_return"] == [110] * 2 + [
         120
@@ -392,7 +391,7 @@ def test_ppo_update_first_minibatch_reproduces_the_rollout_policy(ppo, monkeypat
     """With one minibatch and one epoch the only ratio is that of the rollout's own policy: 1.
     A second epoch sees the updated policy, so the same statistic must move."""
     for epochs, moved in ((1, False), (2, True)):
-        agent, args, _, _, _, _, batch = toy_rollout_and_batch(
+        agent, args, _, _, _, batch = toy_rollout_and_batch(
             ppo, monkeypatch, num_minibatches=1, update_epochs=epochs
         )
         optimizers = ppo.make_optimizers(agent, args)
@@ -403,7 +402,7 @@ def test_ppo_update_first_minibatch_reproduces_the_rollout_policy(ppo, monkeypat
 
 def test_ppo_update_applies_the_desired_kl_rule_after_every_minibatch(ppo, monkeypatch):
     """A KL far below --desired-kl grows the learning rate by 1.5 per minibatch (rsl_rl rule)."""
-    agent, args, _, _, _, _, batch = toy_rollout_and_batch(
+    agent, args, _, _, _, batch = toy_rollout_and_batch(
         ppo, monkeypatch, num_minibatches=2, update_epochs=1, desired_kl=1.0
     )
     optimizers = ppo.make_optimizers(agent, args)
@@ -562,12 +561,12 @@ def test_policy_log_prob_entropy_and_sampling_match_torch_normal(name):
     with torch.no_grad():
         agent.actor_logstd.copy_(torch.tensor([-1.0, 0.0, 0.5]))
     obs, actions = torch.randn(7, 5), torch.randn(7, 3)
-    _, logprob, entropy, _, mean, std = agent.get_action_and_value(obs, actions)
-    reference = torch.distributions.Normal(mean, std)
-    torch.testing.assert_close(logprob, reference.log_prob(actions).sum(-1))
-    torch.testing.assert_close(entropy, reference.entropy().sum(-1))
+    out = agent.get_action_and_value(obs, actions)
+    reference = torch.distributions.Normal(out["means"], out["std"])
+    torch.testing.assert_close(out["logprobs"], reference.log_prob(actions).sum(-1))
+    torch.testing.assert_close(out["entropy"], reference.entropy().sum(-1))
     torch.manual_seed(3)
-    sampled = agent.get_action_and_value(obs)[0]
+    sampled = agent.get_action_and_value(obs)["actions"]
     torch.manual_seed(3)
     torch.testing.assert_close(sampled, reference.sample())  # same draw from the same RNG state
 
@@ -581,7 +580,7 @@ def test_evaluate_acts_with_the_mean_of_the_policy(name):
     agent = script.Agent(1, 1, script.Args())
     agent.obs_rms.update(torch.tensor([[1.0], [2.0], [4.0]]))  # so that normalize changes the obs
     CountsSteps.log.clear()
-    script.evaluate(agent, TOY_ENV, 2, 0, torch.device("cpu"))
+    script.evaluate(agent, TOY_ENV, 2, 0)
     assert len(CountsSteps.log) == 10  # 2 episodes of 5 steps
     obs = torch.tensor([[o] for o, _ in CountsSteps.log])
     actions = torch.tensor(np.array([a for _, a in CountsSteps.log]))
@@ -669,15 +668,15 @@ def test_first_ctrl_c_sets_a_flag_and_a_second_interrupts_at_once(name):
     # The first Ctrl-C must not raise: a KeyboardInterrupt that lands inside TensorBoard's writer
     # left its close() waiting forever (in 2 of 32 runs of the Ctrl-C test above).
     script = importlib.import_module(name)
-    ctrl_c = threading.Event()
-    previous = script.catch_ctrl_c(ctrl_c)
-    try:
-        signal.raise_signal(signal.SIGINT)
-        assert ctrl_c.is_set()
-        with pytest.raises(KeyboardInterrupt):
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(SystemExit) as stopped:
+        with script.catch_ctrl_c("/no/checkpoint.pt") as ctrl_c:
             signal.raise_signal(signal.SIGINT)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+            assert ctrl_c.is_set()
+            signal.raise_signal(signal.SIGINT)
+            pytest.fail("the second Ctrl-C must interrupt at once")
+    assert stopped.value.code == 130
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_train_restores_the_ctrl_c_handler(ppo, tmp_path):
