@@ -12,13 +12,15 @@ matter on MuJoCo ("The 37 Implementation Details of PPO", Huang et al. 2022), do
   and saved with every checkpoint; rewards are scaled by the std of the discounted return;
 * actor and critic have their own learning rates and their own gradient clipping.
 
-Read top to bottom: Args, env, networks, the algorithm (GAE, loss, rollout, update), checkpoints
-and evaluation, then train(), the outline of a run.
+Read top to bottom: Args, env, networks, the algorithm (GAE, loss, rollout, update) and train(),
+the outline of a run. Below train() come the research extras, then the harness (checkpoints,
+resume, Ctrl-C, evaluation, video, logging), which is the same in every script of the project.
 
 Run:   python ppo_spo.py --env-id Hopper-v5
 Help:  python ppo_spo.py --help
 """
 
+import contextlib
 import dataclasses
 import gc
 import math
@@ -45,116 +47,64 @@ LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 @dataclass
 class Args:
-    exp_name: str = SCRIPT_NAME
-    """name of this experiment (part of the run directory name)"""
-    seed: int = 1
-    """seed of the experiment (env i gets seed + i)"""
-    torch_deterministic: bool = True
-    """use deterministic torch algorithms, so the same seed gives the same run"""
-    cuda: bool = False
-    """put the agent on the GPU, rollout inference included (slower at the default sizes: README)"""
-    threads: int = 1
-    """torch CPU threads; 1 is fastest for small networks, the env uses the other core"""
-    log_dir: str = "runs"
-    """runs are written to {log_dir}/{env_id}__{exp_name}__{seed}__{time}"""
-
     # Algorithm
-    env_id: str = "Hopper-v5"
-    """id of a gymnasium environment with a Box action space"""
-    total_timesteps: int = 1_000_000
-    """total environment steps (over all envs)"""
-    learning_rate: float = 3e-4
-    """learning rate of the actor, and of the critic unless --critic-learning-rate is given"""
-    critic_learning_rate: float | None = None
-    """learning rate of the critic; None: the same as --learning-rate"""
-    num_envs: int = 8
-    """number of parallel environments in the vector env"""
-    num_steps: int = 256
-    """steps per environment per rollout; batch = num_envs * num_steps"""
-    anneal_lr: bool = True
-    """decay the learning rates linearly to 0 over training"""
-    desired_kl: float | None = None
-    """if set, adapt the learning rates to keep the Gaussian KL near this value (rsl_rl rule)"""
-    gamma: float = 0.99
-    """discount factor"""
-    gae_lambda: float = 0.95
-    """lambda of generalized advantage estimation"""
-    num_minibatches: int = 8
-    """minibatches per epoch"""
-    update_epochs: int = 10
-    """passes over the batch per update"""
-    norm_adv: bool = True
-    """normalize advantages per minibatch"""
-    clip_coef: float = 0.2
-    """SPO epsilon: the penalty pulls r to 1 + sign(A) eps (both sides unless --clip-low / -high)"""
-    clip_low: float | None = None
-    """SPO epsilon of samples with A < 0 (optimum r = 1 - clip_low); None: --clip-coef"""
-    clip_high: float | None = None
-    """SPO epsilon of samples with A > 0 (optimum r = 1 + clip_high); None: --clip-coef"""
-    clip_vloss: bool = False
-    """clip the value loss around the old values (CleanRL does; it usually hurts slightly)"""
-    ent_coef: float = 0.0
-    """entropy bonus coefficient"""
-    vf_coef: float = 0.5
-    """value loss coefficient"""
-    max_grad_norm: float = 0.5
-    """max gradient norm, applied to actor and critic separately"""
-    target_kl: float | None = None
-    """stop the epochs of an update early once approx_kl exceeds this"""
+    env_id: str = "Hopper-v5"  # id of a gymnasium environment with a Box action space
+    total_timesteps: int = 1_000_000  # total environment steps (over all envs)
+    learning_rate: float = 3e-4  # of the actor, and of the critic unless --critic-learning-rate
+    critic_learning_rate: float | None = None  # of the critic; None: --learning-rate
+    num_envs: int = 8  # number of parallel environments in the vector env
+    num_steps: int = 256  # steps per environment per rollout; batch = num_envs * num_steps
+    anneal_lr: bool = True  # decay the learning rates linearly to 0 over training
+    desired_kl: float | None = None  # adapt the lr to keep the Gaussian KL near this (rsl_rl)
+    gamma: float = 0.99  # discount factor
+    gae_lambda: float = 0.95  # lambda of generalized advantage estimation
+    num_minibatches: int = 8  # minibatches per epoch
+    update_epochs: int = 10  # passes over the batch per update
+    norm_adv: bool = True  # normalize advantages per minibatch
+    clip_coef: float = 0.2  # SPO epsilon: optimum r = 1 + sign(A) eps (unless --clip-low/-high)
+    clip_low: float | None = None  # SPO eps where A < 0 (optimum r = 1 - low); None: --clip-coef
+    clip_high: float | None = None  # SPO eps where A > 0 (optimum r = 1 + high); None: --clip-coef
+    clip_vloss: bool = False  # clip the value loss around the old values (as CleanRL; hurts a bit)
+    ent_coef: float = 0.0  # entropy bonus coefficient
+    vf_coef: float = 0.5  # value loss coefficient
+    max_grad_norm: float = 0.5  # max gradient norm, applied to actor and critic separately
+    target_kl: float | None = None  # stop the epochs of an update once approx_kl exceeds this
     actor_layers: tuple[int, ...] = (256, 256, 128, 128, 64, 64)
     """hidden layer sizes of the actor MLP: the SPO paper's deep one (ppo_continuous.py: 64 64)"""
-    critic_layers: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the critic MLP"""
-    init_logstd: float = -0.5
-    """initial log-std of the Gaussian policy (std 0.61; Andrychowicz et al. 2021 suggest ~0.5)"""
-    optimizer: Literal["adam", "muon"] = "adam"
-    """adam, or muon: torch.optim.Muon on the 2-D hidden weights and Adam on the rest"""
-    weight_decay: float = 0.0
-    """weight decay of every parameter group of both optimizers (Adam: L2; Muon: decoupled)"""
-    compile: bool = False
-    """torch.compile the loss computation of the update"""
+    critic_layers: tuple[int, ...] = (64, 64)  # hidden layer sizes of the critic MLP
+    init_logstd: float = -0.5  # initial log-std of the policy (std 0.61; Andrychowicz et al.: ~0.5)
+    optimizer: Literal["adam", "muon"] = "adam"  # muon: on the hidden weight matrices, Adam on rest
+    weight_decay: float = 0.0  # of every parameter group (Adam: L2; Muon: decoupled)
+    compile: bool = False  # torch.compile the loss computation of the update
 
     # Extras (0: off)
-    bounds_loss_coef: float = 0.0
-    """penalty on the actor mean leaving the action bounds [-1, 1]"""
-    l2c2_coef: float = 0.0
-    """weight of the L2C2 local smoothness regularizer of the actor"""
-    l2c2_noise: float = 0.1
-    """half-width of the uniform noise added to normalized observations for L2C2"""
+    bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
+    l2c2_coef: float = 0.0  # weight of the L2C2 local smoothness regularizer of the actor
+    l2c2_noise: float = 0.1  # half-width of the uniform noise on normalized obs for L2C2
 
     # Normalization
-    norm_obs: bool = True
-    """normalize observations with a running mean/std kept inside the agent"""
-    norm_reward: bool = True
-    """scale rewards by the running std of the discounted return"""
-    clip_obs: float = 10.0
-    """clip normalized observations to [-clip_obs, clip_obs]"""
-    clip_reward: float = 10.0
-    """clip scaled rewards to [-clip_reward, clip_reward]"""
+    norm_obs: bool = True  # normalize observations with a running mean/std kept in the agent
+    norm_reward: bool = True  # scale rewards by the running std of the discounted return
+    clip_obs: float = 10.0  # clip normalized observations to [-clip_obs, clip_obs]
+    clip_reward: float = 10.0  # clip scaled rewards to [-clip_reward, clip_reward]
 
-    # Checkpoints and evaluation
-    checkpoint_every: int = 50
-    """write runs/<run>/checkpoint.pt every N iterations (0: only at the end and on Ctrl-C)"""
-    resume: str | None = None
-    """continue the run saved in this checkpoint (the flags you type override the saved ones)"""
-    eval_checkpoint: str | None = None
-    """only evaluate the policy in this checkpoint, then exit"""
-    eval_every: int = 0
-    """evaluate every N iterations and keep the best policy as best.pt (0: off)"""
-    eval_episodes: int = 10
-    """episodes of the deterministic final evaluation"""
-    capture_video: bool = False
-    """record the first episode of each evaluation as MP4 under {video_dir}/<run>/"""
-    video_dir: str = "videos"
-    """where --capture-video writes its MP4 files (software rendering is slow)"""
+    # Run, logging, checkpoints, evaluation and video
+    exp_name: str = SCRIPT_NAME  # name of this experiment (part of the run directory name)
+    seed: int = 1  # seed of the experiment (env i gets seed + i)
+    torch_deterministic: bool = True  # deterministic torch algorithms: same seed, same run
+    cuda: bool = False  # the agent on the GPU, rollouts too (slower at the default sizes: README)
+    threads: int = 1  # torch CPU threads; 1 is fastest for small networks, the env uses the other
+    log_dir: str = "runs"  # runs are written to {log_dir}/{env_id}__{exp_name}__{seed}__{time}
+    checkpoint_every: int = 50  # write <run>/checkpoint.pt every N iterations (0: at the end only)
+    resume: str | None = None  # continue this checkpoint's run (flags you type override its own)
+    eval_checkpoint: str | None = None  # only evaluate the policy in this checkpoint, then exit
+    eval_every: int = 0  # evaluate every N iterations and keep the best policy as best.pt (0: off)
+    eval_episodes: int = 10  # episodes of the deterministic final evaluation
+    capture_video: bool = False  # each evaluation's first episode as MP4 under {video_dir}/<run>
+    video_dir: str = "videos"  # where --capture-video writes its MP4s (software rendering is slow)
 
 
 # Environment --------------------------------------------------------------------------------------
-def fail(message: str):
-    """Bad input: one line on stderr and exit code 1, no traceback."""
-    raise SystemExit(f"error: {message}")
-
-
 def make_envs(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.VectorEnv:
     """Sync vector env with SAME_STEP autoreset: the obs returned for a finished episode is the
     next episode's first one, and info["final_obs"] holds the last one, to bootstrap from."""
@@ -171,34 +121,14 @@ def make_envs(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.Vec
     return envs
 
 
-def mujoco_warning(message: str):
-    """MuJoCo's warnings, less the one gymnasium's HalfCheetah XML gives for every env."""
-    if "settotalmass" not in message:
-        print(f"MuJoCo warning: {message}", file=sys.stderr)
-
-
-def import_mujoco(video: bool) -> str | None:
-    """Import MuJoCo, which loads the MUJOCO_GL renderer. If that fails (MUJOCO_GL=osmesa without
-    libosmesa6), import it without rendering so training still runs, and return why."""
-    if video and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen
-    error = None
-    try:
-        import mujoco
-    except ModuleNotFoundError:  # no MuJoCo: other gymnasium envs still work
-        return None
-    except Exception as e:  # noqa: BLE001 - whatever the GL library raised
-        error = f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(e).__name__}: {e}".splitlines()[0]
-        os.environ["MUJOCO_GL"] = "disable"
-        import mujoco
-    mujoco.set_mju_user_warning(mujoco_warning)
-    return error
-
-
 def scale_action(action: np.ndarray, space: gym.spaces.Box) -> np.ndarray:
     """The policy acts in [-1, 1]; clip there (the Gaussian is unbounded), map to the bounds."""
     action = np.clip(action, -1.0, 1.0)
     return space.low + (action + 1.0) * 0.5 * (space.high - space.low)
+
+
+def to_tensor(x, device) -> torch.Tensor:
+    return torch.as_tensor(x, dtype=torch.float32, device=device)
 
 
 # Networks and normalization -----------------------------------------------------------------------
@@ -257,6 +187,9 @@ class Agent(nn.Module):
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
         self.critic = mlp(obs_dim, args.critic_layers, 1, out_std=1.0)
 
+    def actor_parameters(self) -> list[nn.Parameter]:
+        return [*self.actor_mean.parameters(), self.actor_logstd]
+
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         if not self.norm_obs:
             return obs
@@ -266,23 +199,22 @@ class Agent(nn.Module):
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.normalize(obs)).squeeze(-1)
 
-    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
+    def get_action_and_value(self, obs: torch.Tensor, actions: torch.Tensor | None = None):
+        """A dict of [batch] tensors: actions (sampled unless given), their log-probs, the
+        entropies, the values, and the Gaussian's means and std."""
         x = self.normalize(obs)
         mean = self.actor_mean(x)
         logstd = self.actor_logstd.expand_as(mean)
         std = logstd.exp()
-        if action is None:
-            action = torch.normal(mean, std)
+        if actions is None:
+            actions = torch.normal(mean, std)
         # The diagonal Gaussian's log-density and entropy written out: the same numbers as
         # torch.distributions.Normal, which costs more to build than these small networks.
-        logprob = (-0.5 * ((action - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
+        logprobs = (-0.5 * ((actions - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
         entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1)
-        value = self.critic(x).squeeze(-1)
-        return action, logprob, entropy, value, mean, std
-
-    def actor_features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Output of the actor's last hidden layer (for the effective-rank diagnostic)."""
-        return self.actor_mean[:-1](self.normalize(obs))
+        values = self.critic(x).squeeze(-1)
+        return {"actions": actions, "logprobs": logprobs, "entropy": entropy, "values": values,
+                "means": mean, "std": std}  # fmt: skip
 
 
 # Algorithm ----------------------------------------------------------------------------------------
@@ -301,36 +233,6 @@ def compute_gae(rewards, values, next_values, terminated, dones, gamma: float, g
     return advantages, advantages + values
 
 
-def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
-    """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
-    ratio_term = (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)
-    return (torch.log(std_new / std_old) + ratio_term - 0.5).sum(-1)
-
-
-def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
-    """rsl_rl's rule: shrink the step when the policy moved too far, grow it when it barely did."""
-    if kl > 2.0 * desired_kl:
-        lr = lr / 1.5
-    elif kl < desired_kl / 2.0:
-        lr = lr * 1.5
-    return min(max(lr, 1e-5), 1e-2)
-
-
-def bounds_loss(mean: torch.Tensor) -> torch.Tensor:
-    """sum_j max(mu_j - 1, 0)^2 + min(mu_j + 1, 0)^2, batch mean: keeps the mean inside the action
-    bounds, where the env's clipping would otherwise hide how far out it has drifted."""
-    return ((mean - 1.0).clamp_min(0.0) ** 2 + (mean + 1.0).clamp_max(0.0) ** 2).sum(-1).mean()
-
-
-def l2c2_loss(agent: Agent, obs: torch.Tensor, mean: torch.Tensor, noise: float) -> torch.Tensor:
-    """L2C2 (Kobayashi 2022): mean ||mu(s + eps) - mu(s)||^2 / mean ||eps||^2 for uniform eps on
-    the normalized observation; a Lipschitz-like penalty that makes the policy locally smooth."""
-    x = agent.normalize(obs)
-    eps = (torch.rand_like(x) * 2.0 - 1.0) * noise
-    change = ((agent.actor_mean(x + eps) - mean) ** 2).sum(-1).mean()
-    return change / ((eps**2).sum(-1).mean() + 1e-8).detach()
-
-
 def clip_range(args: Args) -> tuple[float, float]:
     """(epsilon_low, epsilon_high) of the clip range [1 - epsilon_low, 1 + epsilon_high]."""
     low = args.clip_coef if args.clip_low is None else args.clip_low
@@ -346,60 +248,163 @@ def spo_loss(ratio: torch.Tensor, advantages: torch.Tensor, epsilon) -> torch.Te
     return -(ratio * advantages - advantages.abs() / (2.0 * epsilon) * (ratio - 1.0) ** 2).mean()
 
 
-def ppo_loss(agent: Agent, obs, actions, old_logprobs, advantages, returns, old_values, args: Args):
-    """SPO surrogate (in place of PPO's clipped eq. 7), value loss and entropy.
-
-    Returns the loss to minimize, the log-ratio and ratio, the policy's mean and std, and a dict
-    of the loss terms for logging."""
-    _, newlogprob, entropy, newvalue, mean, std = agent.get_action_and_value(obs, actions)
-    logratio = newlogprob - old_logprobs
-    ratio = logratio.exp()
+def ppo_loss(agent: Agent, mb: dict, args: Args):
+    """SPO surrogate (in place of PPO's clipped eq. 7), value loss and entropy of one
+    minibatch. Returns the loss to minimize, the loss terms (for logging) and the new policy's
+    outputs (get_action_and_value's dict, with the log-ratio and the ratio)."""
+    new = agent.get_action_and_value(mb["obs"], mb["actions"])
+    new["logratio"] = new["logprobs"] - mb["logprobs"]
+    ratio = new["logratio"].exp()
+    new["ratio"] = ratio
+    advantages = mb["advantages"]
     if args.norm_adv:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     low, high = clip_range(args)
     # Asymmetric: the optimum is 1 + high where A > 0, 1 - low where A < 0 (A = 0: no loss).
     pg_loss = spo_loss(ratio, advantages, torch.where(advantages > 0, high, low))
+    values, returns, old_values = new["values"], mb["returns"], mb["values"]
     if args.clip_vloss:
-        v_clipped = old_values + (newvalue - old_values).clamp(-args.clip_coef, args.clip_coef)
-        v_loss = 0.5 * torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2).mean()
+        v_clipped = old_values + (values - old_values).clamp(-args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2).mean()
     else:
-        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-    entropy_loss = entropy.mean()
+        v_loss = 0.5 * ((values - returns) ** 2).mean()
+    entropy_loss = new["entropy"].mean()
     loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
     terms = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss}
     # Extras, each off at 0.
     if args.bounds_loss_coef > 0:
-        terms["bounds_loss"] = bounds_loss(mean)
+        terms["bounds_loss"] = bounds_loss(new["means"])
         loss = loss + args.bounds_loss_coef * terms["bounds_loss"]
     if args.l2c2_coef > 0:
-        terms["l2c2_loss"] = l2c2_loss(agent, obs, mean, args.l2c2_noise)
+        terms["l2c2_loss"] = l2c2_loss(agent, mb["obs"], new["means"], args.l2c2_noise)
         loss = loss + args.l2c2_coef * terms["l2c2_loss"]
-    return loss, logratio, ratio, mean, std, terms
+    with torch.no_grad():  # how far the policy has moved: KL estimates, clipped fractions
+        terms["approx_kl"] = ((ratio - 1) - new["logratio"]).mean()  # Schulman's estimator
+        terms["old_approx_kl"] = (-new["logratio"]).mean()
+        # In SPO nothing is clipped: clipfrac is the fraction outside the trust region.
+        terms["clipfrac"] = ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()
+        terms["clipfrac_high"] = (ratio > 1 + high).float().mean()
+        terms["clipfrac_low"] = (ratio < 1 - low).float().mean()
+    return loss, terms, new
 
 
-def effective_rank(features: torch.Tensor) -> float:
-    """exp(entropy of the normalized singular values) (Roy & Vetterli 2007): how many feature
-    directions the actor really uses; a collapsing rank is a sign of lost plasticity."""
-    s = torch.linalg.svdvals(features.double())
-    p = s / s.sum().clamp_min(1e-12)
-    return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
+def start_episodes(envs, global_step: int, args: Args, device) -> dict:
+    """Reset the envs; returns what carries over from one rollout to the next: the last obs, the
+    episodes' running sums and the (return, length) of every finished episode. (A resume starts
+    fresh episodes.)"""
+    first_obs, _ = envs.reset(seed=args.seed + global_step)
+    return {
+        "obs": to_tensor(first_obs, device),
+        "return": np.zeros(args.num_envs),
+        "length": np.zeros(args.num_envs, dtype=int),
+        "discounted": np.zeros(args.num_envs),
+        "episodes": [],
+    }
+
+
+@torch.no_grad()
+def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, args: Args) -> dict:
+    """args.num_steps steps of every env with the frozen policy and normalizer, from global step
+    `step` on: a dict of time-major [T, N] tensors. carry holds what runs on across rollouts."""
+    device = carry["obs"].device
+    shape = (args.num_steps, args.num_envs)
+    buf = {"obs": [], "actions": [], "logprobs": [], "values": [], "means": []}
+    rewards, discounted = np.zeros(shape), np.zeros(shape)
+    terminated, truncated = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
+    final_values = torch.zeros(shape, device=device)
+    for t in range(args.num_steps):
+        policy = agent.get_action_and_value(carry["obs"])
+        policy["obs"] = carry["obs"]
+        for key in buf:
+            buf[key].append(policy[key])
+        env_action = scale_action(policy["actions"].cpu().numpy(), envs.single_action_space)
+        next_obs, rewards[t], terminated[t], truncated[t], info = envs.step(env_action)
+        carry["obs"] = to_tensor(next_obs, device)
+        carry["return"] += rewards[t]
+        carry["length"] += 1
+        carry["discounted"] = carry["discounted"] * args.gamma + rewards[t]
+        discounted[t] = carry["discounted"]
+        done = terminated[t] | truncated[t]
+        for i in np.flatnonzero(done):
+            carry["episodes"].append((carry["return"][i], carry["length"][i]))
+            end = step + (t + 1) * args.num_envs
+            writer.add_scalar("charts/episodic_return", carry["return"][i], end)
+            writer.add_scalar("charts/episodic_length", carry["length"][i], end)
+        carry["return"][done] = 0.0
+        carry["length"][done] = 0
+        carry["discounted"][done] = 0.0
+        # The obs returned for a finished episode is already the next one's reset obs: a truncated
+        # episode bootstraps from V(final_obs); a terminated one needs no value.
+        if truncated[t].any():
+            idx = np.flatnonzero(truncated[t])
+            final_obs = to_tensor(np.stack(info["final_obs"][idx]), device)
+            final_values[t, idx] = agent.get_value(final_obs)
+    rollout = {key: torch.stack(values) for key, values in buf.items()}
+    # V(s_{t+1}) of the same episode: the value the next step computed (one critic pass per
+    # step), except after a truncation, where it is V(final_obs).
+    next_values = torch.cat((rollout["values"][1:], agent.get_value(carry["obs"])[None]))
+    truncated_mask = torch.as_tensor(truncated, device=device)
+    rollout["next_values"] = torch.where(truncated_mask, final_values, next_values)
+    rollout["rewards"] = to_tensor(rewards, device)
+    if args.norm_reward:  # scale by the std of the discounted return, this rollout included
+        reward_rms.update(torch.as_tensor(discounted))
+        scaled = rollout["rewards"] / torch.sqrt(reward_rms.var.float() + 1e-8)
+        rollout["rewards"] = scaled.clamp(-args.clip_reward, args.clip_reward)
+    rollout["terminated"] = to_tensor(terminated, device)
+    rollout["dones"] = to_tensor(terminated | truncated, device)
+    return rollout
+
+
+def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: Args):
+    """args.update_epochs passes of minibatch gradient steps over the flat batch, the normalizer
+    frozen. Returns the logged statistics and the lr scale (the desired-KL rule changes it)."""
+    batch_size = batch["obs"].shape[0]
+    minibatch_size = batch_size // args.num_minibatches
+    old_std = agent.actor_logstd.detach().exp()
+    stats = {}
+    for _ in range(args.update_epochs):
+        last_epoch_ratios = []
+        perm = torch.randperm(batch_size, device=batch["obs"].device)
+        for start in range(0, batch_size, minibatch_size):
+            idx = perm[start : start + minibatch_size]
+            mb = {key: value[idx] for key, value in batch.items()}
+            loss, terms, new = loss_fn(agent, mb, args)
+            for opt in optimizers:
+                opt.zero_grad(set_to_none=True)
+            loss.backward()
+            max_norm = args.max_grad_norm  # actor and critic clipped separately
+            actor_norm = nn.utils.clip_grad_norm_(agent.actor_parameters(), max_norm, foreach=True)
+            critic_norm = nn.utils.clip_grad_norm_(
+                agent.critic.parameters(), max_norm, foreach=True
+            )
+            for opt in optimizers:
+                opt.step()
+            if args.desired_kl is not None:  # Extra: the lr follows the KL of every step
+                lr_scale = adapt_lr_scale(optimizers, mb, old_std, new, lr_scale, args)
+            terms["actor_grad_norm"] = actor_norm
+            terms["critic_grad_norm"] = critic_norm
+            for key, value in terms.items():
+                stats.setdefault(key, []).append(value.detach())
+            last_epoch_ratios.append(new["ratio"].detach())
+        if args.target_kl is not None and terms["approx_kl"].item() > args.target_kl:
+            break
+    metrics = {f"losses/{k}": torch.stack(v).float().mean().item() for k, v in stats.items()}
+    metrics.update(diagnostics(agent, batch, torch.cat(last_epoch_ratios), args))
+    return metrics, lr_scale
 
 
 def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
-    """Actor and critic in their own parameter groups, each remembering its initial lr. Muon
-    (Jordan et al. 2024) orthogonalizes the updates of the hidden weight matrices; the first and
-    last layers, biases and the log-std stay with Adam. fused Adam: one kernel for all."""
-    critic_lr = (
-        args.learning_rate if args.critic_learning_rate is None else args.critic_learning_rate
-    )
+    """Actor and critic in their own parameter groups, each remembering its initial lr; with
+    --optimizer muon, Muon takes the hidden weight matrices (muon_params). fused Adam: one kernel
+    for all."""
+    critic_lr = args.critic_learning_rate
+    if critic_lr is None:
+        critic_lr = args.learning_rate
     groups = [
-        ("actor", [*agent.actor_mean.parameters(), agent.actor_logstd], args.learning_rate),
+        ("actor", agent.actor_parameters(), args.learning_rate),
         ("critic", list(agent.critic.parameters()), critic_lr),
     ]
-    hidden = set()
-    if args.optimizer == "muon":
-        for net in (agent.actor_mean, agent.critic):
-            hidden |= {id(m.weight) for m in list(net)[2:-1] if isinstance(m, nn.Linear)}
+    hidden = muon_params(agent) if args.optimizer == "muon" else set()
     muon_groups, adam_groups = [], []
     for name, params, lr in groups:
         group = {"lr": lr, "initial_lr": lr, "name": name, "weight_decay": args.weight_decay}
@@ -418,156 +423,199 @@ def set_learning_rate(optimizers, scale: float):
             group["lr"] = group["initial_lr"] * scale
 
 
-def start_episodes(envs, global_step: int, args: Args, device) -> dict:
-    """Reset the envs; returns what carries over from one rollout to the next: the last obs, the
-    step count and the episodes' running sums. (A resume starts fresh episodes.)"""
-    first_obs, _ = envs.reset(seed=args.seed + global_step)
-    return {
-        "obs": torch.as_tensor(first_obs, dtype=torch.float32, device=device),
-        "step": global_step,
-        "return": np.zeros(args.num_envs),
-        "length": np.zeros(args.num_envs, dtype=int),
-        "discounted": np.zeros(args.num_envs),
-    }
+# Training -----------------------------------------------------------------------------------------
+def train(args: Args) -> dict[str, float]:
+    """Train with exactly these settings; with args.resume, go on with that checkpoint's run."""
+    gl_error = import_mujoco(args.capture_video)  # Harness: before any env loads MuJoCo
+    if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
+        return evaluate_checkpoint(args)
+    ckpt = load_checkpoint(args.resume) if args.resume is not None else None
+    plan = check_args(args, ckpt)  # Harness: bad input in one line; whole batches only
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if args.cuda else "cpu")
+    envs = make_envs(args.env_id, args.num_envs, args.seed)
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args).to(device)
+    optimizers = make_optimizers(agent, args)
+    reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
+    progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
+    if ckpt is not None:  # Harness: resume the saved state and progress
+        progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
+    run = start_run(args, plan, gl_error)  # Harness: run directory, TensorBoard, start line
+    loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
+    carry = start_episodes(envs, progress["global_step"], args, device)
+    last = plan["last_iteration"]
+    with catch_ctrl_c(run["checkpoint"]) as ctrl_c:  # Harness: Ctrl-C ends after an iteration
+        for iteration in range(plan["first_iteration"], last + 1):
+            if args.anneal_lr and args.desired_kl is None:
+                progress["lr_scale"] = 1.0 - (iteration - 1.0) / last
+            set_learning_rate(optimizers, progress["lr_scale"])
+            rollout = collect_rollout(
+                agent, envs, reward_rms, carry, progress["global_step"], run["writer"], args
+            )
+            rollout["advantages"], rollout["returns"] = compute_gae(
+                rollout["rewards"], rollout["values"], rollout["next_values"],
+                rollout["terminated"], rollout["dones"], args.gamma, args.gae_lambda,
+            )  # fmt: skip
+            batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
+            metrics, progress["lr_scale"] = ppo_update(
+                agent, optimizers, loss_fn, batch, progress["lr_scale"], args
+            )
+            if args.norm_obs:  # the normalizer learns from the rollout after the update
+                agent.obs_rms.update(batch["obs"])
+            progress["global_step"] += plan["batch_size"]
+            progress["iteration"] = iteration
+
+            metrics = log_iteration(run, metrics, optimizers, carry, progress)  # Harness
+            state = (agent, optimizers, reward_rms, args, progress)
+            stop = ctrl_c.is_set() and iteration < last
+            evaluate_and_save(run, state, stop)  # Harness: --eval-every, best.pt, checkpoint.pt
+            if stop:
+                break
+        envs.close()
+        return finish_run(run, state, metrics, stop)  # Harness: final evaluation, or exit 130
+
+
+# Extras: research options and diagnostics, each called from one marked place above ---------------
+def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
+    """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
+    ratio_term = (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)
+    return (torch.log(std_new / std_old) + ratio_term - 0.5).sum(-1)
+
+
+def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
+    """rsl_rl's rule: shrink the step when the policy moved too far, grow it when it barely did."""
+    if kl > 2.0 * desired_kl:
+        lr = lr / 1.5
+    elif kl < desired_kl / 2.0:
+        lr = lr * 1.5
+    return min(max(lr, 1e-5), 1e-2)
 
 
 @torch.no_grad()
-def collect_rollout(agent, envs, reward_rms, carry: dict, episodes: list, writer, args: Args):
-    """args.num_steps steps of every env with the frozen policy and normalizer: a dict of
-    time-major [T, N] tensors. carry holds what runs on across rollouts (the last obs, the step
-    and the episodes' running sums); each finished episode's (return, length) goes to episodes."""
-    device = carry["obs"].device
-    shape = (args.num_steps, args.num_envs)
-    buf = {"obs": [], "actions": [], "logprobs": [], "values": [], "means": []}
-    rewards, discounted = np.zeros(shape), np.zeros(shape)
-    terminated, truncated = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
-    final_values = torch.zeros(shape, device=device)
-    for t in range(args.num_steps):
-        action, logprob, _, value, mean, _ = agent.get_action_and_value(carry["obs"])
-        buf["obs"].append(carry["obs"])
-        buf["actions"].append(action)
-        buf["logprobs"].append(logprob)
-        buf["values"].append(value)
-        buf["means"].append(mean)
-        env_action = scale_action(action.cpu().numpy(), envs.single_action_space)
-        next_obs, rewards[t], terminated[t], truncated[t], info = envs.step(env_action)
-        carry["obs"] = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-        carry["return"] += rewards[t]
-        carry["length"] += 1
-        carry["discounted"] = carry["discounted"] * args.gamma + rewards[t]
-        discounted[t] = carry["discounted"]
-        done = terminated[t] | truncated[t]
-        for i in np.flatnonzero(done):
-            episodes.append((carry["return"][i], carry["length"][i]))
-            step = carry["step"] + (t + 1) * args.num_envs
-            writer.add_scalar("charts/episodic_return", carry["return"][i], step)
-            writer.add_scalar("charts/episodic_length", carry["length"][i], step)
-        carry["return"][done] = 0.0
-        carry["length"][done] = 0
-        carry["discounted"][done] = 0.0
-        # The obs returned for a finished episode is already the next one's reset obs: a truncated
-        # episode bootstraps from V(final_obs); a terminated one needs no value.
-        if truncated[t].any():
-            idx = np.flatnonzero(truncated[t])
-            final_obs = np.stack(info["final_obs"][idx])
-            final_obs = torch.as_tensor(final_obs, dtype=torch.float32, device=device)
-            final_values[t, idx] = agent.get_value(final_obs)
-    rollout = {key: torch.stack(values) for key, values in buf.items()}
-    # V(s_{t+1}) of the same episode: the value the next step computed (one critic pass per
-    # step), except after a truncation, where it is V(final_obs).
-    next_values = torch.cat((rollout["values"][1:], agent.get_value(carry["obs"])[None]))
-    truncated_mask = torch.as_tensor(truncated, device=device)
-    rollout["next_values"] = torch.where(truncated_mask, final_values, next_values)
-    rollout["rewards"] = torch.as_tensor(rewards, dtype=torch.float32, device=device)
-    if args.norm_reward:  # scale by the std of the discounted return, this rollout included
-        reward_rms.update(torch.as_tensor(discounted))
-        scaled = rollout["rewards"] / torch.sqrt(reward_rms.var.float() + 1e-8)
-        rollout["rewards"] = scaled.clamp(-args.clip_reward, args.clip_reward)
-    carry["step"] += args.num_steps * args.num_envs
-    rollout["terminated"] = torch.as_tensor(terminated, dtype=torch.float32, device=device)
-    rollout["dones"] = torch.as_tensor(terminated | truncated, dtype=torch.float32, device=device)
-    return rollout
+def adapt_lr_scale(optimizers, mb: dict, old_std, new: dict, lr_scale: float, args: Args):
+    """--desired-kl after a minibatch step: the rule applied to the Gaussian KL between the
+    rollout's policy and the new one; returns the new lr scale, already set on every group."""
+    kl = gaussian_kl(mb["means"], old_std, new["means"], new["std"]).mean().item()
+    new_lr = adapt_learning_rate(lr_scale * args.learning_rate, kl, args.desired_kl)
+    lr_scale = new_lr / args.learning_rate
+    set_learning_rate(optimizers, lr_scale)
+    return lr_scale
 
 
-def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: Args):
-    """args.update_epochs passes of minibatch gradient steps over the flat batch, the normalizer
-    frozen. Returns the logged statistics and the lr scale (the desired-KL rule changes it)."""
-    batch_size = batch["obs"].shape[0]
-    minibatch_size = batch_size // args.num_minibatches
-    actor_params = [*agent.actor_mean.parameters(), agent.actor_logstd]
-    critic_params = list(agent.critic.parameters())
-    old_std = agent.actor_logstd.detach().exp()
+def bounds_loss(mean: torch.Tensor) -> torch.Tensor:
+    """sum_j max(mu_j - 1, 0)^2 + min(mu_j + 1, 0)^2, batch mean: keeps the mean inside the action
+    bounds, where the env's clipping would otherwise hide how far out it has drifted."""
+    return ((mean - 1.0).clamp_min(0.0) ** 2 + (mean + 1.0).clamp_max(0.0) ** 2).sum(-1).mean()
+
+
+def l2c2_loss(agent: Agent, obs: torch.Tensor, mean: torch.Tensor, noise: float) -> torch.Tensor:
+    """L2C2 (Kobayashi 2022): mean ||mu(s + eps) - mu(s)||^2 / mean ||eps||^2 for uniform eps on
+    the normalized observation; a Lipschitz-like penalty that makes the policy locally smooth."""
+    x = agent.normalize(obs)
+    eps = (torch.rand_like(x) * 2.0 - 1.0) * noise
+    change = ((agent.actor_mean(x + eps) - mean) ** 2).sum(-1).mean()
+    return change / ((eps**2).sum(-1).mean() + 1e-8).detach()
+
+
+def muon_params(agent: Agent) -> set[int]:
+    """ids of the hidden weight matrices, whose updates Muon (Jordan et al. 2024) orthogonalizes;
+    the first and last layers, the biases and the log-std stay with Adam."""
+    hidden = set()
+    for net in (agent.actor_mean, agent.critic):
+        hidden |= {id(m.weight) for m in list(net)[2:-1] if isinstance(m, nn.Linear)}
+    return hidden
+
+
+def effective_rank(features: torch.Tensor) -> float:
+    """exp(entropy of the normalized singular values) (Roy & Vetterli 2007): how many feature
+    directions the actor really uses; a collapsing rank is a sign of lost plasticity."""
+    s = torch.linalg.svdvals(features.double())
+    p = s / s.sum().clamp_min(1e-12)
+    return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
+
+
+@torch.no_grad()
+def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> dict:
+    """After the update: the ratios of its last epoch, the surrogate gain it achieved on the whole
+    batch, the actor's effective rank and std, and how well the critic explains the returns."""
     low, high = clip_range(args)
-    stats = {}
-    for _ in range(args.update_epochs):
-        last_epoch_ratios = []
-        perm = torch.randperm(batch_size, device=batch["obs"].device)
-        for start in range(0, batch_size, minibatch_size):
-            mb = perm[start : start + minibatch_size]
-            loss, logratio, ratio, mean, std, terms = loss_fn(
-                agent, batch["obs"][mb], batch["actions"][mb], batch["logprobs"][mb],
-                batch["advantages"][mb], batch["returns"][mb], batch["values"][mb], args,
-            )  # fmt: skip
-            for opt in optimizers:
-                opt.zero_grad(set_to_none=True)
-            loss.backward()
-            max_norm = args.max_grad_norm  # actor and critic clipped separately
-            terms["actor_grad_norm"] = nn.utils.clip_grad_norm_(
-                actor_params, max_norm, foreach=True
-            )
-            terms["critic_grad_norm"] = nn.utils.clip_grad_norm_(
-                critic_params, max_norm, foreach=True
-            )
-            for opt in optimizers:
-                opt.step()
-            with torch.no_grad():
-                kl = ((ratio - 1) - logratio).mean()  # Schulman's low-variance estimator
-                if args.desired_kl is not None:
-                    gkl = gaussian_kl(batch["means"][mb], old_std, mean, std).mean().item()
-                    new_lr = adapt_learning_rate(
-                        lr_scale * args.learning_rate, gkl, args.desired_kl
-                    )
-                    lr_scale = new_lr / args.learning_rate
-                    set_learning_rate(optimizers, lr_scale)
-                terms["approx_kl"] = kl
-                terms["old_approx_kl"] = (-logratio).mean()
-                # In SPO nothing is clipped: clipfrac is the fraction outside the trust region.
-                terms["clipfrac"] = ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()
-                terms["clipfrac_high"] = (ratio > 1 + high).float().mean()
-                terms["clipfrac_low"] = (ratio < 1 - low).float().mean()
-                for key, value in terms.items():
-                    stats.setdefault(key, []).append(value.detach())
-                last_epoch_ratios.append(ratio.detach())
-        if args.target_kl is not None and kl.item() > args.target_kl:
-            break
+    outside = (ratios < 1 - low) | (ratios > 1 + high)
+    new = agent.get_action_and_value(batch["obs"], batch["actions"])
+    gain = (new["logprobs"] - batch["logprobs"]).exp() * batch["advantages"]
+    features = agent.actor_mean[:-1](agent.normalize(batch["obs"][:4096]))  # last hidden layer
+    var_y = batch["returns"].var()
+    unexplained = (batch["returns"] - batch["values"]).var() / var_y
+    return {
+        "losses/ratio_dev_mean": (ratios - 1.0).abs().mean().item(),
+        "losses/ratio_dev_max": (ratios - 1.0).abs().max().item(),
+        "losses/ratio_outside_frac": outside.float().mean().item(),
+        "charts/policy_gain": gain.mean().item(),
+        "charts/actor_effective_rank": effective_rank(features),
+        "charts/policy_std": new["std"].mean().item(),
+        "losses/explained_variance": (1 - unexplained).item() if var_y > 0 else math.nan,
+        "charts/advantage_mean": batch["advantages"].mean().item(),
+        "charts/advantage_std": batch["advantages"].std().item(),
+        "charts/value_mean": batch["values"].mean().item(),
+    }
 
-    with torch.no_grad():
-        metrics = {f"losses/{k}": torch.stack(v).float().mean().item() for k, v in stats.items()}
-        ratios = torch.cat(last_epoch_ratios)
-        outside = (ratios < 1 - low) | (ratios > 1 + high)
-        metrics["losses/ratio_dev_mean"] = (ratios - 1.0).abs().mean().item()
-        metrics["losses/ratio_dev_max"] = (ratios - 1.0).abs().max().item()
-        metrics["losses/ratio_outside_frac"] = outside.float().mean().item()
-        # After the update, on the whole batch: the surrogate gain it achieved, and how many
-        # feature directions the actor uses.
-        _, newlogprob, _, _, _, policy_std = agent.get_action_and_value(
-            batch["obs"], batch["actions"]
+
+# Harness: checkpoints, resume, Ctrl-C, evaluation, video, logging ---------------------------------
+def fail(message: str):
+    """Bad input: one line on stderr and exit code 1, no traceback."""
+    raise SystemExit(f"error: {message}")
+
+
+def check_args(args: Args, ckpt: dict | None) -> dict:
+    """One clear line for bad input. Returns the plan of the run: whole batches only, never past
+    --total-timesteps; a resume goes on from the saved step."""
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
+    positive += ["eval_episodes", "threads", "learning_rate", "critic_learning_rate", "desired_kl"]
+    for name in positive:
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches:
+        fail(
+            f"batch size {batch_size} is not divisible by --num-minibatches {args.num_minibatches}"
         )
-        gain = (newlogprob - batch["logprobs"]).exp() * batch["advantages"]
-        metrics["charts/policy_gain"] = gain.mean().item()
-        features = agent.actor_features(batch["obs"][: min(batch_size, 4096)])
-        metrics["charts/actor_effective_rank"] = effective_rank(features)
-        metrics["charts/policy_std"] = policy_std.mean().item()
-        var_y = batch["returns"].var()
-        unexplained = (batch["returns"] - batch["values"]).var() / var_y
-        metrics["losses/explained_variance"] = (1 - unexplained).item() if var_y > 0 else math.nan
-        metrics["charts/advantage_mean"] = batch["advantages"].mean().item()
-        metrics["charts/advantage_std"] = batch["advantages"].std().item()
-        metrics["charts/value_mean"] = batch["values"].mean().item()
-    return metrics, lr_scale
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
+        fail("--gamma and --gae-lambda must lie in [0, 1]")
+    if args.cuda and not torch.cuda.is_available():
+        fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
+    global_step = 0 if ckpt is None else ckpt["global_step"]
+    first_iteration = global_step // batch_size + 1
+    last_iteration = first_iteration - 1 + (args.total_timesteps - global_step) // batch_size
+    if last_iteration < first_iteration:
+        fail(f"no whole batch of {batch_size} steps (num_envs x num_steps) fits between step "
+             f"{global_step} and --total-timesteps {args.total_timesteps}")  # fmt: skip
+    end_step = global_step + (last_iteration - first_iteration + 1) * batch_size
+    if end_step != args.total_timesteps:
+        print(f"note: training to step {end_step}: --total-timesteps {args.total_timesteps} is "
+              f"not reached in whole batches of {batch_size}")  # fmt: skip
+    return {"first_iteration": first_iteration, "last_iteration": last_iteration,
+            "batch_size": batch_size, "start_step": global_step, "end_step": end_step}  # fmt: skip
 
 
-# Logging, checkpoints, Ctrl-C and evaluation ------------------------------------------------------
+def start_run(args: Args, plan: dict, gl_error: str | None) -> dict:
+    """The run's directory (a resumed run keeps its own), TensorBoard writer and video folder, and
+    the clock of its speed; prints the start line."""
+    run_dir = f"{args.log_dir}/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if args.resume is not None:
+        run_dir = os.path.dirname(os.path.abspath(args.resume))
+    run = {**plan, "dir": run_dir, "checkpoint": os.path.join(run_dir, "checkpoint.pt")}
+    run["writer"] = make_writer(run_dir, args)
+    run["videos"] = video_dir(args, run_dir, gl_error) if args.capture_video else None
+    run["start_time"] = time.time()
+    print(f"{args.env_id}: iterations {plan['first_iteration']}-{plan['last_iteration']} of "
+          f"{plan['batch_size']} steps ({args.num_envs} envs x {args.num_steps}); "
+          f"logging to {run_dir}")  # fmt: skip
+    return run
+
+
 def make_writer(run_dir: str, args: Args) -> SummaryWriter:
     """TensorBoard writer of the run, with the settings as a table in its TEXT tab."""
     os.makedirs(run_dir, exist_ok=True)
@@ -577,29 +625,74 @@ def make_writer(run_dir: str, args: Args) -> SummaryWriter:
     return writer
 
 
-def log_iteration(
-    writer, metrics: dict, episodes: list, step: int, iteration: int, last: int, end_step: int
-):
-    """Write the iteration's metrics to TensorBoard and print the progress line."""
-    for key, value in metrics.items():
-        writer.add_scalar(key, value, step)
+def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: dict) -> dict:
+    """Write the iteration's metrics, its speed and learning rate to TensorBoard and print the
+    progress line. Returns what was written, with the mean return and length of the last 10
+    episodes (what train() returns)."""
+    step = progress["global_step"]
+    logged = dict(metrics)
+    logged["charts/SPS"] = int((step - run["start_step"]) / (time.time() - run["start_time"]))
+    logged["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
+    for key, value in logged.items():
+        run["writer"].add_scalar(key, value, step)
     shown = "-"  # until the first episode ends
-    if episodes:
-        metrics["charts/episodic_return"] = float(np.mean([r for r, _ in episodes[-10:]]))
-        metrics["charts/episodic_length"] = float(np.mean([n for _, n in episodes[-10:]]))
-        shown = f"{metrics['charts/episodic_return']:.1f}"
-    sps = metrics["charts/SPS"]
-    eta = (end_step - step) / max(sps, 1)
-    print(f"iter {iteration}/{last} | step {step} | return {shown} | SPS {sps} | "
-          f"ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)  # fmt: skip
+    recent = carry["episodes"][-10:]
+    if recent:
+        logged["charts/episodic_return"] = float(np.mean([r for r, _ in recent]))
+        logged["charts/episodic_length"] = float(np.mean([n for _, n in recent]))
+        shown = f"{logged['charts/episodic_return']:.1f}"
+    sps = logged["charts/SPS"]
+    eta = (run["end_step"] - step) / max(sps, 1)
+    print(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
+          f"SPS {sps} | ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)  # fmt: skip
+    return logged
 
 
-def catch_ctrl_c(ctrl_c: threading.Event):
-    """Make Ctrl-C set ctrl_c, which train() checks between iterations, where all state is
-    consistent (a KeyboardInterrupt inside TensorBoard's writer can hang its close()). A second
-    Ctrl-C interrupts at once. Returns the previous handler (None off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
+def evaluate_and_save(run: dict, state: tuple, stop: bool):
+    """After an iteration: every --eval-every iterations a deterministic evaluation, keeping the
+    best policy as best.pt; checkpoint.pt every --checkpoint-every, at the end and on Ctrl-C."""
+    agent, _, _, args, progress = state
+    iteration, step = progress["iteration"], progress["global_step"]
+    if args.eval_every and iteration % args.eval_every == 0:
+        video = run["videos"] and f"{run['videos']}/eval_step{step}.mp4"
+        seed = args.seed + EVAL_SEED_OFFSET
+        returns = evaluate(agent, args.env_id, args.eval_episodes, seed, video)
+        run["writer"].add_scalar("eval/periodic_return", np.mean(returns), step)
+        if np.mean(returns) > progress["best_eval"]:
+            progress["best_eval"] = float(np.mean(returns))
+            save_checkpoint(os.path.join(run["dir"], "best.pt"), *state)
+    periodic = args.checkpoint_every > 0 and iteration % args.checkpoint_every == 0
+    if periodic or stop or iteration == run["last_iteration"]:
+        save_checkpoint(run["checkpoint"], *state)
+
+
+def finish_run(run: dict, state: tuple, metrics: dict, stopped: bool) -> dict:
+    """After a Ctrl-C, exit with code 130 (checkpoint.pt is saved). Otherwise evaluate the final
+    policy deterministically and return the last iteration's metrics with its return."""
+    agent, _, _, args, progress = state
+    step = progress["global_step"]
+    if stopped:
+        run["writer"].close()
+        print(f"\ninterrupted at step {step}; resume with --resume {run['checkpoint']}",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(130)
+    video = run["videos"] and f"{run['videos']}/eval_step{step}.mp4"
+    seed = args.seed + EVAL_SEED_OFFSET
+    returns = evaluate(agent, args.env_id, args.eval_episodes, seed, video)
+    metrics = {**metrics, "eval/episodic_return": float(np.mean(returns)), "global_step": step}
+    run["writer"].add_scalar("eval/episodic_return", metrics["eval/episodic_return"], step)
+    run["writer"].close()
+    print(f"deterministic eval over {args.eval_episodes} episodes: "
+          f"{metrics['eval/episodic_return']:.1f}; checkpoint: {run['checkpoint']}")  # fmt: skip
+    return metrics
+
+
+@contextlib.contextmanager
+def catch_ctrl_c(checkpoint_path: str):
+    """Inside, a first Ctrl-C sets the yielded event, which train() checks between iterations,
+    where all state is consistent (a KeyboardInterrupt inside TensorBoard's writer can hang its
+    close()). A second one stops at once, without saving, with exit code 130."""
+    ctrl_c = threading.Event()
 
     def on_ctrl_c(signum, frame):
         if ctrl_c.is_set():
@@ -608,7 +701,18 @@ def catch_ctrl_c(ctrl_c: threading.Event):
         message = b"\nCtrl-C: stopping after this iteration (press again to stop at once)\n"
         os.write(sys.stderr.fileno(), message)
 
-    return signal.signal(signal.SIGINT, on_ctrl_c)
+    previous = None  # signal handlers can only be set on the main thread
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield ctrl_c
+    except KeyboardInterrupt:  # the state may be half-updated, so none is saved
+        last = checkpoint_path if os.path.exists(checkpoint_path) else "none yet"
+        print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
+        raise SystemExit(130)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progress: dict):
@@ -649,10 +753,8 @@ def load_checkpoint(path: str) -> dict:
 
 def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
     """Load the saved state into the new objects; return the run's progress."""
-    if (ckpt["obs_dim"], ckpt["act_dim"]) != (
-        agent.obs_rms.mean.shape[0],
-        agent.actor_logstd.shape[0],
-    ):
+    shapes = (agent.obs_rms.mean.shape[0], agent.actor_logstd.shape[0])
+    if (ckpt["obs_dim"], ckpt["act_dim"]) != shapes:
         fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
     agent.load_state_dict(ckpt["agent"])
     for opt, state in zip(optimizers, ckpt["optimizers"]):
@@ -665,6 +767,83 @@ def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
     return {key: ckpt[key] for key in ("global_step", "iteration", "lr_scale", "best_eval")}
 
 
+def saved_args(ckpt: dict) -> Args:
+    """The settings a checkpoint was trained with (fields this version lacks are dropped)."""
+    names = [field.name for field in dataclasses.fields(Args)]
+    return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """The command line. With --resume it is parsed again with the saved settings as defaults,
+    so every flag the user typed wins (even one set back to its default)."""
+    args = tyro.cli(Args, args=argv)
+    if args.resume is None:
+        return args
+    return tyro.cli(Args, args=argv, default=saved_args(load_checkpoint(args.resume)))
+
+
+@torch.no_grad()
+def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, video_path=None):
+    """Returns of `episodes` episodes with the deterministic (mean) action, one per sub-env, in
+    parallel; with video_path, the first one is also recorded as an MP4."""
+    device = agent.actor_logstd.device
+    envs = make_envs(env_id, episodes, seed, **(render_kwargs(env_id) if video_path else {}))
+    obs, _ = envs.reset(seed=seed)
+    frames = [envs.envs[0].render()] if video_path else []
+    returns, finished = np.zeros(episodes), np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        mean = agent.actor_mean(agent.normalize(to_tensor(obs, device)))
+        action = scale_action(mean.cpu().numpy(), envs.single_action_space)
+        obs, reward, terminated, truncated, _ = envs.step(action)
+        done = terminated | truncated
+        if video_path and not (finished[0] or done[0]):  # once done, env 0 shows the next episode
+            frames.append(envs.envs[0].render())
+        returns += reward * ~finished
+        finished |= done
+    if video_path:
+        import imageio
+
+        os.makedirs(os.path.dirname(video_path), exist_ok=True)
+        imageio.mimsave(video_path, frames, fps=envs.envs[0].metadata.get("render_fps", 30))
+    envs.close()
+    return returns.tolist()
+
+
+def evaluate_checkpoint(args: Args) -> dict[str, float]:
+    ckpt = load_checkpoint(args.eval_checkpoint)
+    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
+    agent.load_state_dict(ckpt["agent"])
+    seed = args.seed + EVAL_SEED_OFFSET
+    returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, seed)
+    print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± "
+          f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
+    return {"eval/episodic_return": float(np.mean(returns))}
+
+
+def import_mujoco(video: bool) -> str | None:
+    """Import MuJoCo, which loads the MUJOCO_GL renderer. If that fails (MUJOCO_GL=osmesa without
+    libosmesa6), import it without rendering so training still runs, and return why."""
+    if video and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen
+    error = None
+    try:
+        import mujoco
+    except ModuleNotFoundError:  # no MuJoCo: other gymnasium envs still work
+        return None
+    except Exception as e:  # noqa: BLE001 - whatever the GL library raised
+        error = f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(e).__name__}: {e}".splitlines()[0]
+        os.environ["MUJOCO_GL"] = "disable"
+        import mujoco
+    mujoco.set_mju_user_warning(mujoco_warning)
+    return error
+
+
+def mujoco_warning(message: str):
+    """MuJoCo's warnings, less the one gymnasium's HalfCheetah XML gives for every env."""
+    if "settotalmass" not in message:
+        print(f"MuJoCo warning: {message}", file=sys.stderr)
+
+
 def render_kwargs(env_id: str) -> dict:
     # MuJoCo renders on the CPU: a small frame keeps a 1000-step video at about a minute.
     size = {"width": 320, "height": 240} if "mujoco" in str(gym.spec(env_id).entry_point) else {}
@@ -675,7 +854,8 @@ def rendering_error(env_id: str) -> str | None:
     """Render one frame offscreen; return why that failed, or None if it works."""
     error = None
     # A renderer that fails half-built fails again in its __del__, which Python would print.
-    previous_hook, sys.unraisablehook = sys.unraisablehook, ignore_unraisable
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None
     try:
         import imageio_ffmpeg  # noqa: F401 - the MP4 writer, checked now rather than at the end
 
@@ -701,196 +881,6 @@ def video_dir(args: Args, run_dir: str, gl_error: str | None) -> str | None:
           "a screen set MUJOCO_GL=egl (apt-get install libegl1 libgl1-mesa-dri) or MUJOCO_GL="
           "osmesa (libosmesa6). Training continues without video.", file=sys.stderr)  # fmt: skip
     return None
-
-
-def ignore_unraisable(unraisable):
-    pass
-
-
-@torch.no_grad()
-def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, device, video_path=None):
-    """Returns of `episodes` episodes with the deterministic (mean) action, one per sub-env, in
-    parallel; with video_path, the first one is also recorded as an MP4."""
-    envs = make_envs(env_id, episodes, seed, **(render_kwargs(env_id) if video_path else {}))
-    obs, _ = envs.reset(seed=seed)
-    frames = [envs.envs[0].render()] if video_path else []
-    returns, finished = np.zeros(episodes), np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-        mean = agent.actor_mean(agent.normalize(obs))
-        action = scale_action(mean.cpu().numpy(), envs.single_action_space)
-        obs, reward, terminated, truncated, _ = envs.step(action)
-        done = terminated | truncated
-        if video_path and not (finished[0] or done[0]):  # once done, env 0 shows the next episode
-            frames.append(envs.envs[0].render())
-        returns += reward * ~finished
-        finished |= done
-    if video_path:
-        import imageio
-
-        os.makedirs(os.path.dirname(video_path), exist_ok=True)
-        imageio.mimsave(video_path, frames, fps=envs.envs[0].metadata.get("render_fps", 30))
-    envs.close()
-    return returns.tolist()
-
-
-def evaluate_checkpoint(args: Args) -> dict[str, float]:
-    ckpt = load_checkpoint(args.eval_checkpoint)
-    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
-    agent.load_state_dict(ckpt["agent"])
-    seed = args.seed + EVAL_SEED_OFFSET
-    returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, seed, torch.device("cpu"))
-    print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± "
-          f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
-    return {"eval/episodic_return": float(np.mean(returns))}
-
-
-# Training -----------------------------------------------------------------------------------------
-def check_args(args: Args, global_step: int) -> tuple[int, int]:
-    """One clear line for bad input. Returns the first and last iteration: whole batches only,
-    never past --total-timesteps; a resume goes on from the saved step."""
-    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
-    positive += ["eval_episodes", "threads", "learning_rate", "critic_learning_rate", "desired_kl"]
-    for name in positive:
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches:
-        fail(
-            f"batch size {batch_size} is not divisible by --num-minibatches {args.num_minibatches}"
-        )
-    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
-        fail("--gamma and --gae-lambda must lie in [0, 1]")
-    if args.cuda and not torch.cuda.is_available():
-        fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
-    first_iteration = global_step // batch_size + 1
-    last_iteration = first_iteration - 1 + (args.total_timesteps - global_step) // batch_size
-    if last_iteration < first_iteration:
-        fail(f"no whole batch of {batch_size} steps (num_envs x num_steps) fits between step "
-             f"{global_step} and --total-timesteps {args.total_timesteps}")  # fmt: skip
-    end_step = global_step + (last_iteration - first_iteration + 1) * batch_size
-    if end_step != args.total_timesteps:
-        print(f"note: training to step {end_step}: --total-timesteps {args.total_timesteps} is "
-              f"not reached in whole batches of {batch_size}")  # fmt: skip
-    return first_iteration, last_iteration
-
-
-def saved_args(ckpt: dict) -> Args:
-    """The settings a checkpoint was trained with (fields this version lacks are dropped)."""
-    names = [field.name for field in dataclasses.fields(Args)]
-    return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
-
-
-def parse_args(argv: list[str] | None = None) -> Args:
-    """The command line. With --resume it is parsed again with the saved settings as defaults,
-    so every flag the user typed wins (even one set back to its default)."""
-    args = tyro.cli(Args, args=argv)
-    if args.resume is None:
-        return args
-    return tyro.cli(Args, args=argv, default=saved_args(load_checkpoint(args.resume)))
-
-
-def train(args: Args) -> dict[str, float]:
-    """Train with exactly these settings; with args.resume, go on with that checkpoint's run."""
-    gl_error = import_mujoco(args.capture_video)
-    if args.eval_checkpoint is not None:
-        return evaluate_checkpoint(args)
-    ckpt = load_checkpoint(args.resume) if args.resume is not None else None
-    global_step = 0 if ckpt is None else ckpt["global_step"]
-    first_iteration, num_iterations = check_args(args, global_step)
-    batch_size = args.num_envs * args.num_steps
-    end_step = global_step + (num_iterations - first_iteration + 1) * batch_size
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if args.cuda else "cpu")
-    envs = make_envs(args.env_id, args.num_envs, args.seed)
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
-    agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args).to(device)
-    optimizers = make_optimizers(agent, args)
-    reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
-    progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
-    run_dir = f"{args.log_dir}/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if ckpt is not None:
-        progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
-        run_dir = os.path.dirname(os.path.abspath(args.resume))
-    writer = make_writer(run_dir, args)
-    loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    videos = video_dir(args, run_dir, gl_error) if args.capture_video else None
-    saved_step = None if ckpt is None else global_step  # the step checkpoint.pt holds
-    carry = start_episodes(envs, global_step, args, device)
-    episodes = []  # (return, length) of every finished episode
-    start_time, start_step = time.time(), global_step
-    eval_seed = args.seed + EVAL_SEED_OFFSET
-    print(f"{args.env_id}: iterations {first_iteration}-{num_iterations} of {batch_size} steps "
-          f"({args.num_envs} envs x {args.num_steps}); logging to {run_dir}")  # fmt: skip
-    ctrl_c = threading.Event()
-    previous_sigint = catch_ctrl_c(ctrl_c)
-    try:
-        for iteration in range(first_iteration, num_iterations + 1):
-            if args.anneal_lr and args.desired_kl is None:
-                progress["lr_scale"] = 1.0 - (iteration - 1.0) / num_iterations
-            set_learning_rate(optimizers, progress["lr_scale"])
-            rollout = collect_rollout(agent, envs, reward_rms, carry, episodes, writer, args)
-            global_step = carry["step"]
-            rollout["advantages"], rollout["returns"] = compute_gae(
-                rollout["rewards"], rollout["values"], rollout["next_values"],
-                rollout["terminated"], rollout["dones"], args.gamma, args.gae_lambda,
-            )  # fmt: skip
-            batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
-            metrics, progress["lr_scale"] = ppo_update(
-                agent, optimizers, loss_fn, batch, progress["lr_scale"], args
-            )
-            if args.norm_obs:  # the normalizer learns from the rollout after the update
-                agent.obs_rms.update(batch["obs"])
-
-            metrics["charts/SPS"] = int((global_step - start_step) / (time.time() - start_time))
-            metrics["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
-            log_iteration(
-                writer, metrics, episodes, global_step, iteration, num_iterations, end_step
-            )
-
-            progress["global_step"] = global_step
-            progress["iteration"] = iteration
-            state = (agent, optimizers, reward_rms, args, progress)
-            if args.eval_every and iteration % args.eval_every == 0:
-                video = videos and f"{videos}/eval_step{global_step}.mp4"
-                returns = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device, video)
-                writer.add_scalar("eval/periodic_return", np.mean(returns), global_step)
-                if np.mean(returns) > progress["best_eval"]:
-                    progress["best_eval"] = float(np.mean(returns))
-                    save_checkpoint(os.path.join(run_dir, "best.pt"), *state)
-            stop = ctrl_c.is_set() and iteration < num_iterations
-            periodic = args.checkpoint_every > 0 and iteration % args.checkpoint_every == 0
-            if periodic or stop or iteration == num_iterations:
-                save_checkpoint(checkpoint_path, *state)
-                saved_step = global_step
-            if stop:
-                envs.close()
-                writer.close()
-                print(f"\ninterrupted at step {global_step}; "
-                      f"resume with --resume {checkpoint_path}", file=sys.stderr)  # fmt: skip
-                raise SystemExit(130)
-        envs.close()
-        video = videos and f"{videos}/eval_step{global_step}.mp4"
-        returns = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device, video)
-    except KeyboardInterrupt:  # a second Ctrl-C: the state may be half-updated, so none is saved
-        last = "none yet" if saved_step is None else f"{checkpoint_path} (step {saved_step})"
-        print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
-        raise SystemExit(130)
-    finally:
-        if previous_sigint is not None:
-            signal.signal(signal.SIGINT, previous_sigint)
-
-    metrics["eval/episodic_return"] = float(np.mean(returns))
-    metrics["global_step"] = global_step
-    writer.add_scalar("eval/episodic_return", metrics["eval/episodic_return"], global_step)
-    writer.close()
-    print(f"deterministic eval over {args.eval_episodes} episodes: "
-          f"{metrics['eval/episodic_return']:.1f}; checkpoint: {checkpoint_path}")  # fmt: skip
-    return metrics
 
 
 if __name__ == "__main__":

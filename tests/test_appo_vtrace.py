@@ -296,10 +296,10 @@ def test_each_update_starts_at_ratio_one_to_the_target_network(tmp_path, monkeyp
         behaviour_gaps.append((target_logprobs - behaviour_logprobs).abs().max().item())
         return vtrace_advantages(behaviour_logprobs, target_logprobs, *rest)
 
-    def spy_ppo_loss(*batch):
-        out = ppo_loss(*batch)
-        logratios.append(out[1].abs().max().item())
-        return out
+    def spy_ppo_loss(agent, mb, args):
+        loss, terms, new = ppo_loss(agent, mb, args)
+        logratios.append(new["logratio"].abs().max().item())
+        return loss, terms, new
 
     monkeypatch.setattr(appo, "vtrace_advantages", spy_vtrace_advantages)
     monkeypatch.setattr(appo, "ppo_loss", spy_ppo_loss)

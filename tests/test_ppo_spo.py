@@ -80,14 +80,14 @@ def test_ppo_loss_uses_spo_with_eps_high_for_positive_and_eps_low_for_negative_a
     agent = ppo_spo.Agent(3, 2, args)
     obs, actions = torch.randn(64, 3), torch.randn(64, 2)
     with torch.no_grad():
-        _, logprob, _, value, _, _ = agent.get_action_and_value(obs, actions)
-    old_logprobs = logprob + 0.3 * torch.randn(
-        64
-    )  # ratios spread on both sides of the trust region
+        old = agent.get_action_and_value(obs, actions)
+    # Log-probs moved so that the ratios spread on both sides of the trust region.
+    old_logprobs = old["logprobs"] + 0.3 * torch.randn(64)
     adv, returns = torch.randn(64), torch.randn(64)
-    loss, _, ratio, _, _, terms = ppo_spo.ppo_loss(
-        agent, obs, actions, old_logprobs, adv, returns, value, args
-    )
+    mb = {"obs": obs, "actions": actions, "logprobs": old_logprobs, "advantages": adv,
+          "returns": returns, "values": old["values"]}  # fmt: skip
+    loss, terms, new = ppo_spo.ppo_loss(agent, mb, args)
+    ratio = new["ratio"]
     norm_adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     eps = torch.where(norm_adv > 0, 0.3, 0.1)
     torch.testing.assert_close(terms["policy_loss"], ppo_spo.spo_loss(ratio, norm_adv, eps))

@@ -208,16 +208,16 @@ def test_unsupported_env_is_one_line_error_before_training(tmp_path):
 def test_augment_minibatch_doubles_and_copies():
     mirror_obs, mirror_act = ps.make_mirror_fns("Walker2d-v5")
     n = 6
-    obs, actions = torch.randn(n, 17), torch.randn(n, 6)
-    logprobs, advantages, returns, values = torch.randn(4, n)
-    out = ps.augment_minibatch(
-        obs, actions, logprobs, advantages, returns, values, mirror_obs, mirror_act
-    )
-    assert [tuple(x.shape) for x in out] == [(2 * n, 17), (2 * n, 6)] + [(2 * n,)] * 4
-    assert torch.equal(out[0], torch.cat([obs, mirror_obs(obs)]))
-    assert torch.equal(out[1], torch.cat([actions, mirror_act(actions)]))
-    for doubled, original in zip(out[2:], (logprobs, advantages, returns, values)):
-        assert torch.equal(doubled, torch.cat([original, original]))
+    mb = {"obs": torch.randn(n, 17), "actions": torch.randn(n, 6), "means": torch.randn(n, 6)}
+    copied = ("logprobs", "advantages", "returns", "values")
+    mb.update(zip(copied, torch.randn(4, n)))
+    out = ps.augment_minibatch(mb, mirror_obs, mirror_act)
+    assert set(out) == {"obs", "actions", *copied}  # what ppo_loss reads
+    assert torch.equal(out["obs"], torch.cat([mb["obs"], mirror_obs(mb["obs"])]))
+    assert torch.equal(out["actions"], torch.cat([mb["actions"], mirror_act(mb["actions"])]))
+    for key in copied:
+        assert torch.equal(out[key], torch.cat([mb[key], mb[key]]))
+    assert mb["obs"].shape == (n, 17)  # the caller's minibatch is left as it was
 
 
 def test_ppo_loss_reports_the_original_half_and_adds_the_mirror_loss():
@@ -230,27 +230,32 @@ def test_ppo_loss_reports_the_original_half_and_adds_the_mirror_loss():
     n = 8
     obs, actions = torch.randn(n, 17), torch.randn(n, 6)
     with torch.no_grad():
-        _, logprobs, _, values, _, _ = agent.get_action_and_value(obs, actions)
-    batch = (obs, actions, logprobs, torch.randn(n), torch.randn(n), values)
-    loss, logratio, ratio, mean, std, terms = ps.ppo_loss(
-        agent, *batch, args, mirror_obs, mirror_act
-    )
-    assert logratio.shape == ratio.shape == (n,) and mean.shape == std.shape == (n, 6)
-    assert logratio.abs().max() < 1e-5  # on-policy: the original half reproduces its log-probs
+        old = agent.get_action_and_value(obs, actions)
+    logprobs = old["logprobs"]
+    mb = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": old["values"]}
+    mb.update(advantages=torch.randn(n), returns=torch.randn(n), means=old["means"])
+    loss, terms, new = ps.ppo_loss(agent, mb, args, mirror_obs, mirror_act)
+    assert set(new) == set(old) | {"logratio", "ratio"}
+    for key in ("logprobs", "entropy", "values", "logratio", "ratio"):
+        assert new[key].shape == (n,), key
+    assert new["means"].shape == new["std"].shape == new["actions"].shape == (n, 6)
+    assert new["logratio"].abs().max() < 1e-5  # on-policy: the original half reproduces them
+    assert terms["approx_kl"].abs() < 1e-6  # the KL statistics are the original half's
     # symmetry_loss is the symmetry error of the minibatch, logged with coefficient 0 too.
     assert terms["symmetry_loss"].item() == pytest.approx(
         ps.symmetry_error(agent, obs, mirror_obs, mirror_act), rel=1e-5
     )
     assert terms["symmetry_loss"].item() > 0
-    loss_with, *_ = ps.ppo_loss(
-        agent, *batch, ps.Args(norm_obs=False, mirror_loss_coef=2.0), mirror_obs, mirror_act
+    loss_with, _, _ = ps.ppo_loss(
+        agent, mb, ps.Args(norm_obs=False, mirror_loss_coef=2.0), mirror_obs, mirror_act
     )
     assert (loss_with - loss).item() == pytest.approx(2.0 * terms["symmetry_loss"].item(), rel=1e-4)
     # The mirrored half starts off-policy where the actor is not symmetric: its copied old
     # log-probabilities are not pi_old's at the mirrored samples. Its KL and clip fraction say
     # how far.
     with torch.no_grad():
-        mirrored_logprobs = agent.get_action_and_value(mirror_obs(obs), mirror_act(actions))[1]
+        mirrored = agent.get_action_and_value(mirror_obs(obs), mirror_act(actions))
+    mirrored_logprobs = mirrored["logprobs"]
     mirror_logratio = mirrored_logprobs - logprobs
     expected_kl = (mirror_logratio.exp() - 1 - mirror_logratio).mean()
     assert terms["mirror_approx_kl"].item() == pytest.approx(expected_kl.item(), rel=1e-4)
@@ -271,14 +276,14 @@ def test_policy_loss_gives_the_mirrored_half_the_same_advantage():
     both_obs = torch.cat([obs, mirror_obs(obs)])
     both_actions = torch.cat([actions, mirror_act(actions)])
     with torch.no_grad():
-        logprobs = agent.get_action_and_value(obs, actions)[1]
-        both_logprobs = agent.get_action_and_value(both_obs, both_actions)[1]
+        logprobs = agent.get_action_and_value(obs, actions)["logprobs"]
+        both_logprobs = agent.get_action_and_value(both_obs, both_actions)["logprobs"]
     old_logprobs = logprobs + 0.3 * torch.randn(n)  # ratios on both sides of the clip range
     advantages = torch.randn(n)
     zeros = torch.zeros(n)  # returns and old values: the value loss plays no part here
-    terms = ps.ppo_loss(
-        agent, obs, actions, old_logprobs, advantages, zeros, zeros, args, mirror_obs, mirror_act
-    )[5]
+    mb = {"obs": obs, "actions": actions, "logprobs": old_logprobs, "advantages": advantages}
+    mb.update(returns=zeros, values=zeros)
+    _, terms, _ = ps.ppo_loss(agent, mb, args, mirror_obs, mirror_act)
     ratio = (both_logprobs - torch.cat([old_logprobs, old_logprobs])).exp()
     adv = torch.cat([advantages, advantages])
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
