@@ -1,0 +1,195 @@
+"""Each loss term and normalization step against its formula, with inputs where it is active, and
+each piece of resumed state round-tripped: tests that fail on a one-line bug in any of them.
+
+Run once per script of the PPO family (ppo_continuous.py and the variants copied from it)."""
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_ppo_family import RecordingWriter, allow_toy_env, toy_args
+
+SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp"]
+
+
+@pytest.fixture(scope="module", params=SCRIPTS)
+def ppo(request):
+    return importlib.import_module(request.param)
+
+
+def minibatch(ppo, args, scale_actor=1.0):
+    """An agent and a minibatch of 16 samples with ratio 1, advantages of mean 0.5, and returns
+    and old values far enough apart that the value clip is active."""
+    torch.manual_seed(0)
+    agent = ppo.Agent(3, 2, args)
+    with torch.no_grad():
+        agent.actor_mean[-1].weight.mul_(scale_actor)
+    obs, actions = torch.randn(16, 3), torch.randn(16, 2)
+    with torch.no_grad():
+        logprobs = agent.get_action_and_value(obs, actions)["logprobs"]
+    advantages = torch.linspace(-1.0, 2.0, 16)
+    return agent, obs, actions, logprobs, advantages
+
+
+def loss_of(ppo, args, scale_actor=1.0, returns=None, old_values=None):
+    agent, obs, actions, logprobs, advantages = minibatch(ppo, args, scale_actor)
+    mb = {"obs": obs, "actions": actions, "logprobs": logprobs, "advantages": advantages}
+    mb["returns"] = torch.zeros(16) if returns is None else returns
+    mb["values"] = torch.zeros(16) if old_values is None else old_values
+    mb["means"] = torch.zeros_like(actions)
+    if hasattr(ppo, "make_mirror_fns"):
+        return agent, mb, ppo.ppo_loss(agent, mb, args, lambda o: o, lambda a: a)
+    return agent, mb, ppo.ppo_loss(agent, mb, args)
+
+
+def test_value_loss_matches_its_formula_with_and_without_the_clip(ppo):
+    """Old values 1 below the new ones (the clip at 0.2 is active); the returns 0.5 above them in
+    half the samples (the clipped error is the larger) and 0.9 below in the other half."""
+    agent, obs, _, _, _ = minibatch(ppo, ppo.Args(norm_obs=False))
+    with torch.no_grad():
+        values = agent.get_value(obs)
+    old_values = values - 1.0
+    returns = values + torch.tensor([0.5, -0.9]).repeat(8)
+    for clip_vloss in (False, True):
+        args = ppo.Args(norm_obs=False, clip_vloss=clip_vloss)
+        _, _, (_, terms, _) = loss_of(ppo, args, returns=returns, old_values=old_values)
+        loss = (values - returns) ** 2
+        if clip_vloss:
+            delta = (values - old_values).clamp(-args.clip_coef, args.clip_coef)
+            clipped = (old_values + delta - returns) ** 2
+            assert (clipped > loss).any() and (clipped < loss).any()  # both sides of the max
+            loss = torch.max(loss, clipped)
+        torch.testing.assert_close(terms["value_loss"].detach(), 0.5 * loss.mean())
+
+
+def test_entropy_bonus_lowers_the_loss_by_its_coefficient(ppo):
+    _, _, (plain, _, _) = loss_of(ppo, ppo.Args(norm_obs=False))
+    _, _, (bonus, terms, _) = loss_of(ppo, ppo.Args(norm_obs=False, ent_coef=0.01))
+    assert terms["entropy"] > 0
+    torch.testing.assert_close(bonus - plain, -0.01 * terms["entropy"])
+
+
+def test_bounds_loss_raises_the_loss_by_its_coefficient_times_the_penalty(ppo):
+    _, _, (plain, _, new) = loss_of(ppo, ppo.Args(norm_obs=False), scale_actor=500.0)
+    _, _, (bounded, terms, _) = loss_of(
+        ppo, ppo.Args(norm_obs=False, bounds_loss_coef=0.5), scale_actor=500.0
+    )
+    penalty = ppo.bounds_loss(new["means"])
+    assert penalty > 0.1  # the means have left [-1, 1]
+    torch.testing.assert_close(terms["bounds_loss"], penalty)
+    torch.testing.assert_close(bounded - plain, 0.5 * penalty)
+
+
+def test_advantages_are_normalized_only_with_norm_adv(ppo):
+    """Ratio 1 everywhere: the surrogate is -mean(A), 0 for normalized advantages."""
+    _, mb, (_, raw, _) = loss_of(ppo, ppo.Args(norm_obs=False, norm_adv=False))
+    torch.testing.assert_close(raw["policy_loss"], -mb["advantages"].mean())
+    if ppo.__name__ != "ppo_ddp":  # ppo_ddp normalizes once per update, over the global batch
+        _, _, (_, normalized, _) = loss_of(ppo, ppo.Args(norm_obs=False, norm_adv=True))
+        assert abs(normalized["policy_loss"].item()) < 1e-6
+
+
+def test_l2c2_loss_matches_its_formula_with_the_noise_scale(ppo):
+    agent, obs, _, _, _ = minibatch(ppo, ppo.Args(norm_obs=False), scale_actor=100.0)
+    mean = agent.actor_mean(obs)
+    torch.manual_seed(5)
+    value = ppo.l2c2_loss(agent, obs, mean, 0.3)
+    torch.manual_seed(5)
+    eps = (torch.rand_like(obs) * 2.0 - 1.0) * 0.3
+    change = ((agent.actor_mean(obs + eps) - mean) ** 2).sum(-1).mean()
+    torch.testing.assert_close(value, change / (eps**2).sum(-1).mean())
+
+
+def test_normalize_clips_at_clip_obs_and_is_the_identity_without_norm_obs(ppo):
+    obs = torch.tensor([[0.0, 50.0, -50.0], [1.0, 2.0, 3.0]])
+    agent = ppo.Agent(3, 1, ppo.Args(clip_obs=0.5))
+    agent.obs_rms.update(torch.tensor([[0.0, 0.0, 0.0], [2.0, 4.0, 6.0]]))
+    expected = (obs - agent.obs_rms.mean) / torch.sqrt(agent.obs_rms.var + 1e-8)
+    torch.testing.assert_close(agent.normalize(obs), expected.clamp(-0.5, 0.5).float())
+    assert agent.normalize(obs).abs().max() == 0.5
+    assert ppo.Agent(3, 1, ppo.Args(norm_obs=False)).normalize(obs) is obs
+
+
+def toy_rollout(ppo, monkeypatch, **overrides):
+    allow_toy_env(ppo, monkeypatch)
+    torch.manual_seed(0)
+    args = toy_args(ppo, "unused", **overrides)
+    envs = ppo.make_envs(args.env_id, args.num_envs, args.seed)
+    agent = ppo.Agent(1, 1, args)
+    carry = ppo.start_episodes(envs, 0, args, torch.device("cpu"))
+    rms = ppo.RunningMeanStd()
+    rollout = ppo.collect_rollout(agent, envs, rms, carry, 0, RecordingWriter(), args)
+    envs.close()
+    return rollout
+
+
+def test_scaled_rewards_are_clipped_and_raw_without_norm_reward(ppo, monkeypatch):
+    # Reward 1: scaled by 1 / std of the discounted returns (about 1.4), clipped at 0.3.
+    assert torch.all(toy_rollout(ppo, monkeypatch)["rewards"] > 0.5)
+    torch.testing.assert_close(
+        toy_rollout(ppo, monkeypatch, clip_reward=0.3)["rewards"], torch.full((10, 2), 0.3)
+    )
+    rewards = toy_rollout(ppo, monkeypatch, norm_reward=False, clip_reward=0.3)["rewards"]
+    torch.testing.assert_close(rewards, torch.ones(10, 2))
+
+
+def test_target_kl_stops_the_epochs(ppo, monkeypatch):
+    allow_toy_env(ppo, monkeypatch)
+    calls = []
+
+    def counting_loss(*args):
+        calls.append(1)
+        return ppo.ppo_loss(*args)
+
+    for target_kl, expected in ((None, 5 * 2), (1e-12, 2)):
+        rollout = toy_rollout(ppo, monkeypatch, update_epochs=5, target_kl=target_kl)
+        rollout["advantages"] = torch.linspace(-1, 1, 20).reshape(10, 2)
+        rollout["returns"] = torch.zeros(10, 2)
+        batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
+        args = toy_args(ppo, "unused", update_epochs=5, target_kl=target_kl)
+        agent = ppo.Agent(1, 1, args)
+        calls.clear()
+        ppo.ppo_update(agent, ppo.make_optimizers(agent, args), counting_loss, batch, 1.0, args)
+        assert len(calls) == expected, target_kl
+
+
+def scalars(run_dir, tag):
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
+    return [event.value for event in events.Scalars(tag)]
+
+
+def test_learning_rate_anneals_linearly_to_zero(ppo, tmp_path, monkeypatch):
+    allow_toy_env(ppo, monkeypatch)
+    ppo.train(toy_args(ppo, tmp_path, total_timesteps=60, learning_rate=1e-3))
+    (run_dir,) = tmp_path.glob("*")
+    lrs = scalars(run_dir, "charts/learning_rate")
+    np.testing.assert_allclose(lrs, [1e-3, 1e-3 * 2 / 3, 1e-3 / 3], rtol=1e-6)
+
+
+def test_no_norm_obs_leaves_the_normalizer_alone(ppo, tmp_path, monkeypatch):
+    allow_toy_env(ppo, monkeypatch)
+    ppo.train(toy_args(ppo, tmp_path, total_timesteps=40, norm_obs=False))
+    ckpt = ppo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
+    assert ckpt["agent"]["obs_rms.count"].item() == pytest.approx(1e-4)
+
+
+def test_resume_restores_the_reward_normalizer(ppo, tmp_path, monkeypatch):
+    """A resumed run scales its rewards with the saved statistics, not from scratch."""
+    allow_toy_env(ppo, monkeypatch)
+    ppo.train(toy_args(ppo, tmp_path, total_timesteps=40))
+    path = str(next(tmp_path.glob("*/checkpoint.pt")))
+    saved = ppo.load_checkpoint(path)["reward_rms"]
+    assert saved["count"] > 1
+    seen = []
+    original = ppo.collect_rollout
+
+    def spy(agent, envs, reward_rms, *rest):
+        seen.append({key: value.clone() for key, value in reward_rms.state_dict().items()})
+        return original(agent, envs, reward_rms, *rest)
+
+    monkeypatch.setattr(ppo, "collect_rollout", spy)
+    ppo.train(toy_args(ppo, tmp_path, total_timesteps=60, resume=path))
+    for key, value in saved.items():
+        assert torch.equal(seen[0][key], value), key
