@@ -8,23 +8,27 @@ matter on MuJoCo ("The 37 Implementation Details of PPO", Huang et al. 2022), do
   and saved with every checkpoint; rewards are scaled by the std of the discounted return;
 * actor and critic have their own learning rates and their own gradient clipping.
 
-Read top to bottom: Args, env, networks, the algorithm (GAE, loss, rollout, update), checkpoints
-and evaluation, then train(), the outline of a run.
+Read top to bottom: Args, env, networks, the algorithm (GAE, loss, rollout, update) and train(),
+the outline of a run. Below train() come the research extras, then the harness (checkpoints,
+resume, Ctrl-C, evaluation, video, logging), which is the same in every script of the project.
 
 Run:   torchrun --standalone --nproc_per_node 2 ppo_ddp.py --env-id Hopper-v5 (or python ppo_ddp.py)
 Help:  python ppo_ddp.py --help; how the ranks work together: benchmarks/README.md (ppo_ddp.py)
 """
 
+import contextlib
 import dataclasses
 import gc
+import importlib.util
 import math
 import os
 import pickle
+import re
 import signal
 import sys
 import threading
 import time
-import warnings
+import traceback
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,130 +45,81 @@ from torch.utils.tensorboard import SummaryWriter
 SCRIPT_NAME = "ppo_ddp"  # saved in checkpoints: another script's checkpoint is refused
 EVAL_SEED_OFFSET = 10_000  # evaluation episodes use seeds the training envs never see
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-# DDP(broadcast_buffers=False): deprecated by torch 2.13, taken by every torch 2.x (see train).
-warnings.filterwarnings("ignore", "`broadcast_buffers` is deprecated", FutureWarning)
+CHECKPOINT_KEYS = ["env_id", "obs_dim", "act_dim", "args", "agent", "optimizers", "reward_rms"]
+CHECKPOINT_KEYS += ["rng", "global_step", "iteration", "lr_scale", "best_eval"]
 
 
 @dataclass
 class Args:
-    exp_name: str = SCRIPT_NAME
-    """name of this experiment (part of the run directory name)"""
-    seed: int = 1
-    """seed of the experiment (env i of rank r gets seed + r * num_envs + i)"""
-    torch_deterministic: bool = True
-    """use deterministic torch algorithms, so the same seed gives the same run"""
-    cuda: bool = False
-    """put the agent on the GPU, rollout inference included (slower at the default sizes: README)"""
-    threads: int = 1
-    """torch CPU threads; 1 is fastest for small networks, the env uses the other core"""
-    log_dir: str = "runs"
-    """runs are written to {log_dir}/{env_id}__{exp_name}__{seed}__{time}"""
-    check_sync_every: int = 50
-    """check every N iterations (0: only at the end) that all ranks hold identical parameters"""
-
     # Algorithm
-    env_id: str = "Hopper-v5"
-    """id of a gymnasium environment with a Box action space"""
-    total_timesteps: int = 1_000_000
-    """total environment steps (over all envs of all ranks)"""
-    learning_rate: float = 3e-4
-    """learning rate of the actor, and of the critic unless --critic-learning-rate is given"""
-    critic_learning_rate: float | None = None
-    """learning rate of the critic; None: the same as --learning-rate"""
-    num_envs: int = 8
-    """number of parallel environments in the vector env of each rank"""
-    num_steps: int = 256
-    """steps per environment per rollout; batch = num_envs * num_steps"""
-    anneal_lr: bool = True
-    """decay the learning rates linearly to 0 over training"""
-    desired_kl: float | None = None
-    """if set, adapt the learning rates to keep the Gaussian KL near this value (rsl_rl rule)"""
-    gamma: float = 0.99
-    """discount factor"""
-    gae_lambda: float = 0.95
-    """lambda of generalized advantage estimation"""
-    num_minibatches: int = 8
-    """minibatches per epoch"""
-    update_epochs: int = 10
-    """passes over the batch per update"""
-    norm_adv: bool = True
-    """normalize advantages once per update, with the mean and std of the global batch"""
-    clip_coef: float = 0.2
-    """surrogate clipping epsilon (both sides unless --clip-low / --clip-high are set)"""
-    clip_low: float | None = None
-    """epsilon_low of an asymmetric clip range [1 - clip_low, 1 + clip_high]; None: --clip-coef"""
-    clip_high: float | None = None
-    """epsilon_high of an asymmetric clip range; None: --clip-coef"""
-    clip_vloss: bool = False
-    """clip the value loss around the old values (CleanRL does; it usually hurts slightly)"""
-    ent_coef: float = 0.0
-    """entropy bonus coefficient"""
-    vf_coef: float = 0.5
-    """value loss coefficient"""
-    max_grad_norm: float = 0.5
-    """max gradient norm, applied to actor and critic separately"""
-    target_kl: float | None = None
-    """stop the epochs of an update early once approx_kl exceeds this"""
-    actor_layers: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the actor MLP"""
-    critic_layers: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the critic MLP"""
-    init_logstd: float = -0.5
-    """initial log-std of the Gaussian policy (std 0.61; Andrychowicz et al. 2021 suggest ~0.5)"""
-    optimizer: Literal["adam", "muon"] = "adam"
-    """adam, or muon: torch.optim.Muon on the 2-D hidden weights and Adam on the rest"""
-    weight_decay: float = 0.0
-    """weight decay of every parameter group of both optimizers (Adam: L2; Muon: decoupled)"""
-    compile: bool = False
-    """torch.compile the loss computation of the update"""
+    env_id: str = "Hopper-v5"  # id of a gymnasium environment with a Box action space
+    total_timesteps: int = 1_000_000  # total environment steps (over all envs)
+    learning_rate: float = 3e-4  # of the actor, and of the critic unless --critic-learning-rate
+    critic_learning_rate: float | None = None  # of the critic; None: --learning-rate
+    num_envs: int = 8  # envs in each rank's vector env (rank r's env i is env r * num_envs + i)
+    num_steps: int = 256  # steps per environment per rollout; batch = num_envs * num_steps
+    anneal_lr: bool = True  # decay the learning rates linearly to 0 over training
+    desired_kl: float | None = None  # adapt the lr to keep the Gaussian KL near this (rsl_rl)
+    gamma: float = 0.99  # discount factor
+    gae_lambda: float = 0.95  # lambda of generalized advantage estimation
+    num_minibatches: int = 8  # minibatches per epoch
+    update_epochs: int = 10  # passes over the batch per update
+    norm_adv: bool = True  # normalize advantages once per update, over the global batch
+    clip_coef: float = 0.2  # surrogate clipping epsilon (both sides unless --clip-low/-high)
+    clip_low: float | None = None  # epsilon_low of the range [1 - low, 1 + high]; None: clip-coef
+    clip_high: float | None = None  # epsilon_high of the clip range; None: --clip-coef
+    clip_vloss: bool = False  # clip the value loss around the old values (as CleanRL; hurts a bit)
+    ent_coef: float = 0.0  # entropy bonus coefficient (0: none)
+    vf_coef: float = 0.5  # value loss coefficient
+    max_grad_norm: float = 0.5  # max gradient norm, applied to actor and critic separately
+    target_kl: float | None = None  # stop the epochs of an update once approx_kl exceeds this
+    actor_layers: tuple[int, ...] = (64, 64)  # hidden layer sizes of the actor MLP
+    critic_layers: tuple[int, ...] = (64, 64)  # hidden layer sizes of the critic MLP
+    init_logstd: float = -0.5  # initial log-std of the policy (std 0.61; Andrychowicz et al.: ~0.5)
+    optimizer: Literal["adam", "muon"] = "adam"  # muon: on the hidden weight matrices, Adam on rest
+    weight_decay: float = 0.0  # of every parameter group (Adam: L2; Muon: decoupled; 0: none)
+    compile: bool = False  # torch.compile the loss computation of the update
 
     # Extras (0: off)
-    bounds_loss_coef: float = 0.0
-    """penalty on the actor mean leaving the action bounds [-1, 1]"""
-    l2c2_coef: float = 0.0
-    """weight of the L2C2 local smoothness regularizer of the actor"""
-    l2c2_noise: float = 0.1
-    """half-width of the uniform noise added to normalized observations for L2C2"""
+    bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
+    l2c2_coef: float = 0.0  # weight of the L2C2 local smoothness regularizer of the actor
+    l2c2_noise: float = 0.1  # half-width of the uniform noise on normalized obs for L2C2
 
     # Normalization
-    norm_obs: bool = True
-    """normalize observations with a running mean/std kept inside the agent"""
-    norm_reward: bool = True
-    """scale rewards by the running std of the discounted return"""
-    clip_obs: float = 10.0
-    """clip normalized observations to [-clip_obs, clip_obs]"""
-    clip_reward: float = 10.0
-    """clip scaled rewards to [-clip_reward, clip_reward]"""
+    norm_obs: bool = True  # normalize observations with a running mean/std kept in the agent
+    norm_reward: bool = True  # scale rewards by the running std of the discounted return
+    clip_obs: float = 10.0  # clip normalized observations to [-clip_obs, clip_obs]
+    clip_reward: float = 10.0  # clip scaled rewards to [-clip_reward, clip_reward]
 
-    # Checkpoints and evaluation
-    checkpoint_every: int = 50
-    """write runs/<run>/checkpoint.pt every N iterations (0: only at the end and on Ctrl-C)"""
-    resume: str | None = None
-    """continue the run saved in this checkpoint (the flags you type override the saved ones)"""
-    eval_checkpoint: str | None = None
-    """only evaluate the policy in this checkpoint, then exit"""
-    eval_every: int = 0
-    """evaluate every N iterations and keep the best policy as best.pt (0: off)"""
-    eval_episodes: int = 10
-    """episodes of the deterministic final evaluation"""
-    capture_video: bool = False
-    """record the first episode of each evaluation as MP4 under {video_dir}/<run>/"""
-    video_dir: str = "videos"
-    """where --capture-video writes its MP4 files (software rendering is slow)"""
+    # Run, logging, checkpoints, evaluation and video
+    exp_name: str = SCRIPT_NAME  # name of this experiment (part of the run directory name)
+    seed: int = 1  # seed of the experiment (env i gets seed + i)
+    torch_deterministic: bool = True  # deterministic torch algorithms: same seed, same run
+    cuda: bool = False  # the agent on the GPU, rollouts too (slower at the default sizes: README)
+    threads: int = 1  # torch CPU threads; 1 is fastest for small networks, the env uses the other
+    log_dir: str = "runs"  # runs are written to {log_dir}/{env_id}__{exp_name}__{seed}__{time}
+    checkpoint_every: int = 50  # write <run>/checkpoint.pt every N iterations (0: at the end only)
+    resume: str | None = None  # continue this checkpoint's run (flags you type override its own)
+    eval_checkpoint: str | None = None  # only evaluate the policy in this checkpoint, then exit
+    eval_every: int = 0  # evaluate every N iterations and keep the best policy as best.pt (0: off)
+    eval_episodes: int = 10  # episodes of every evaluation (final, --eval-every, --eval-checkpoint)
+    capture_video: bool = False  # each evaluation's first episode as MP4 under {video_dir}/<run>
+    check_sync_every: int = 50  # check every N iterations (0: at the end only) that ranks agree
+    video_dir: str = "videos"  # where --capture-video writes its MP4s (software rendering is slow)
+    track: bool = False  # also log to Weights & Biases (pip install wandb)
+    wandb_project_name: str = "single-file-rl"  # the W&B project of --track
+    wandb_entity: str | None = None  # the W&B team or user of --track; None: your default
 
 
 # Environment --------------------------------------------------------------------------------------
-def fail(message: str):
-    """Bad input: one line on stderr and exit code 1, no traceback."""
-    raise SystemExit(f"error: {message}")
-
-
 def make_envs(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.VectorEnv:
     """Sync vector env with SAME_STEP autoreset: the obs returned for a finished episode is the
     next episode's first one, and info["final_obs"] holds the last one, to bootstrap from."""
     autoreset = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     try:
         envs = gym.make_vec(env_id, num_envs, "sync", vector_kwargs=autoreset, **kwargs)
+    except gym.error.DependencyNotInstalled as e:
+        fail(f"cannot make {env_id}: {e}")
     except gym.error.Error as e:
         fail(f"unknown env id {env_id!r} ({type(e).__name__}: {e})")
     if not isinstance(envs.single_action_space, gym.spaces.Box):
@@ -175,34 +130,14 @@ def make_envs(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.Vec
     return envs
 
 
-def mujoco_warning(message: str):
-    """MuJoCo's warnings, less the one gymnasium's HalfCheetah XML gives for every env."""
-    if "settotalmass" not in message:
-        print(f"MuJoCo warning: {message}", file=sys.stderr)
-
-
-def import_mujoco(video: bool) -> str | None:
-    """Import MuJoCo, which loads the MUJOCO_GL renderer. If that fails (MUJOCO_GL=osmesa without
-    libosmesa6), import it without rendering so training still runs, and return why."""
-    if video and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen
-    error = None
-    try:
-        import mujoco
-    except ModuleNotFoundError:  # no MuJoCo: other gymnasium envs still work
-        return None
-    except Exception as e:  # noqa: BLE001 - whatever the GL library raised
-        error = f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(e).__name__}: {e}".splitlines()[0]
-        os.environ["MUJOCO_GL"] = "disable"
-        import mujoco
-    mujoco.set_mju_user_warning(mujoco_warning)
-    return error
-
-
 def scale_action(action: np.ndarray, space: gym.spaces.Box) -> np.ndarray:
     """The policy acts in [-1, 1]; clip there (the Gaussian is unbounded), map to the bounds."""
     action = np.clip(action, -1.0, 1.0)
     return space.low + (action + 1.0) * 0.5 * (space.high - space.low)
+
+
+def to_tensor(x, device) -> torch.Tensor:
+    return torch.as_tensor(x, dtype=torch.float32, device=device)
 
 
 # Networks and normalization -----------------------------------------------------------------------
@@ -227,7 +162,7 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor):
         x = x.reshape(-1, *self.mean.shape).to(torch.float64)
-        moments = merge_moments(self.count, self.mean, self.var, *all_moments(x))
+        moments = merge_moments(self.count, self.mean, self.var, *all_moments(x))  # all ranks alike
         self.count.copy_(moments[0])
         self.mean.copy_(moments[1])
         self.var.copy_(moments[2])
@@ -260,6 +195,9 @@ class Agent(nn.Module):
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
         self.critic = mlp(obs_dim, args.critic_layers, 1, out_std=1.0)
 
+    def actor_parameters(self) -> list[nn.Parameter]:
+        return [*self.actor_mean.parameters(), self.actor_logstd]
+
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         if not self.norm_obs:
             return obs
@@ -269,63 +207,64 @@ class Agent(nn.Module):
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.normalize(obs)).squeeze(-1)
 
-    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
+    def get_action_and_value(self, obs: torch.Tensor, actions: torch.Tensor | None = None):
+        """A dict of [batch] tensors: actions (sampled unless given), their log-probs, the
+        entropies, the values, and the Gaussian's means and std."""
         x = self.normalize(obs)
         mean = self.actor_mean(x)
         logstd = self.actor_logstd.expand_as(mean)
         std = logstd.exp()
-        if action is None:
-            action = torch.normal(mean, std)
+        if actions is None:
+            actions = torch.normal(mean, std)
         # The diagonal Gaussian's log-density and entropy written out: the same numbers as
         # torch.distributions.Normal, which costs more to build than these small networks.
-        logprob = (-0.5 * ((action - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
+        logprobs = (-0.5 * ((actions - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
         entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1)
-        value = self.critic(x).squeeze(-1)
-        return action, logprob, entropy, value, mean, std
+        values = self.critic(x).squeeze(-1)
+        return {"actions": actions, "logprobs": logprobs, "entropy": entropy, "values": values,
+                "means": mean, "std": std}  # fmt: skip
 
     forward = get_action_and_value  # DDP averages the gradients of passes through its forward only
 
-    def actor_features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Output of the actor's last hidden layer (for the effective-rank diagnostic)."""
-        return self.actor_mean[:-1](self.normalize(obs))
+
+# Distributed: ranks decide alike from shared statistics; alone, each helper is the identity -------
+def init_distributed(args: Args):
+    """Join the process group torchrun describes in the environment; without one, run alone."""
+    if "RANK" in os.environ:  # started by torchrun
+        cuda = args.cuda and torch.cuda.is_available()  # else check_args fails in one line
+        if cuda:  # one GPU per rank ("cuda" is then this one); NCCL averages the gradients
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
+        if dist.get_rank() > 0:  # rank 0 alone prints; errors (stderr) show on every rank
+            sys.stdout = open(os.devnull, "w")
 
 
-# Distributed: each helper is the identity without a process group --------------------------------
-def init_distributed(args: Args) -> tuple[int, int]:
-    """Join the process group torchrun describes in the environment (RANK, WORLD_SIZE, ...); without
-    one, run alone. Returns the rank and the world size."""
-    if "RANK" not in os.environ:
-        return 0, 1
-    cuda = args.cuda and torch.cuda.is_available()  # else check_args fails in one line
-    if cuda:  # one GPU per rank ("cuda" is then this one); NCCL averages the gradients
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
-    if dist.get_rank() > 0:  # rank 0 alone prints; errors (stderr) show on every rank
-        sys.stdout = open(os.devnull, "w")
-    return dist.get_rank(), dist.get_world_size()
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def all_reduce_mean(x: torch.Tensor) -> torch.Tensor:
-    """Mean of x over the ranks (for the decisions that all ranks must take alike)."""
-    if not dist.is_initialized():
+    if world_size() == 1:
         return x
     x = x.clone()
     dist.all_reduce(x)
-    return x / dist.get_world_size()
+    return x / world_size()
 
 
 def all_moments(x: torch.Tensor):
-    """(count, mean, population variance) over dim 0 of the same-size batches x of all ranks: mean
-    of the means, mean of the variances + variance of the means; exactly x's own on one rank."""
+    """(count, mean, population variance) over dim 0 of the same-size batches x of all ranks."""
     mean = all_reduce_mean(x.mean(0))
-    var = all_reduce_mean(x.var(0, unbiased=False) + (x.mean(0) - mean) ** 2)
-    return x.shape[0] * (dist.get_world_size() if dist.is_initialized() else 1), mean, var
+    var = all_reduce_mean(x.var(0, unbiased=False) + (x.mean(0) - mean) ** 2)  # + var of the means
+    return x.shape[0] * world_size(), mean, var
 
 
 def check_in_sync(*modules: nn.Module):
-    """Fail on every rank unless all hold rank 0's parameters and statistics bit for bit: a pass
-    around the DDP wrapper, or a decision one rank takes alone, would part them."""
-    if not dist.is_initialized():
+    """Fail on every rank unless all hold rank 0's parameters and statistics bit for bit."""
+    if world_size() == 1:
         return
     tensors = [t for module in modules for t in module.state_dict().values()]
     state = torch.cat([t.flatten().double().cpu() for t in tensors])
@@ -334,7 +273,7 @@ def check_in_sync(*modules: nn.Module):
     differ = all_reduce_mean(torch.tensor(float(not torch.equal(state, reference))))  # all see it
     if differ > 0:
         raise RuntimeError(f"parameters out of sync: {differ:.0%} of the ranks differ from rank 0")
-    print(f"parameters in sync across {dist.get_world_size()} ranks", flush=True)
+    print(f"parameters in sync across {world_size()} ranks", flush=True)
 
 
 # Algorithm ----------------------------------------------------------------------------------------
@@ -353,36 +292,6 @@ def compute_gae(rewards, values, next_values, terminated, dones, gamma: float, g
     return advantages, advantages + values
 
 
-def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
-    """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
-    ratio_term = (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)
-    return (torch.log(std_new / std_old) + ratio_term - 0.5).sum(-1)
-
-
-def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
-    """rsl_rl's rule: shrink the step when the policy moved too far, grow it when it barely did."""
-    if kl > 2.0 * desired_kl:
-        lr = lr / 1.5
-    elif kl < desired_kl / 2.0:
-        lr = lr * 1.5
-    return min(max(lr, 1e-5), 1e-2)
-
-
-def bounds_loss(mean: torch.Tensor) -> torch.Tensor:
-    """sum_j max(mu_j - 1, 0)^2 + min(mu_j + 1, 0)^2, batch mean: keeps the mean inside the action
-    bounds, where the env's clipping would otherwise hide how far out it has drifted."""
-    return ((mean - 1.0).clamp_min(0.0) ** 2 + (mean + 1.0).clamp_max(0.0) ** 2).sum(-1).mean()
-
-
-def l2c2_loss(agent: Agent, obs: torch.Tensor, mean: torch.Tensor, noise: float) -> torch.Tensor:
-    """L2C2 (Kobayashi 2022): mean ||mu(s + eps) - mu(s)||^2 / mean ||eps||^2 for uniform eps on
-    the normalized observation; a Lipschitz-like penalty that makes the policy locally smooth."""
-    x = agent.normalize(obs)
-    eps = (torch.rand_like(x) * 2.0 - 1.0) * noise
-    change = ((agent.actor_mean(x + eps) - mean) ** 2).sum(-1).mean()
-    return change / ((eps**2).sum(-1).mean() + 1e-8).detach()
-
-
 def clip_range(args: Args) -> tuple[float, float]:
     """(epsilon_low, epsilon_high) of the clip range [1 - epsilon_low, 1 + epsilon_high]."""
     low = args.clip_coef if args.clip_low is None else args.clip_low
@@ -390,59 +299,170 @@ def clip_range(args: Args) -> tuple[float, float]:
     return low, high
 
 
-def ppo_loss(agent: Agent, obs, actions, old_logprobs, advantages, returns, old_values, args: Args):
-    """Clipped surrogate (PPO paper eq. 7, asymmetric range), value loss and entropy.
-
-    Returns the loss to minimize, the log-ratio and ratio, the policy's mean and std, and a dict
-    of the loss terms for logging."""
-    _, newlogprob, entropy, newvalue, mean, std = agent(obs, actions)  # through the DDP wrapper
-    logratio = newlogprob - old_logprobs
-    ratio = logratio.exp()
+def ppo_loss(agent: Agent, mb: dict, args: Args):
+    """Clipped surrogate (PPO paper eq. 7, asymmetric range), value loss and entropy of one
+    minibatch. Returns the loss to minimize, the loss terms (for logging) and the new policy's
+    outputs (get_action_and_value's dict, with the log-ratio and the ratio)."""
+    new = agent(mb["obs"], mb["actions"])  # through the DDP wrapper: its gradients are averaged
+    new["logratio"] = new["logprobs"] - mb["logprobs"]
+    ratio = new["logratio"].exp()
+    new["ratio"] = ratio
+    advantages = mb["advantages"]
     low, high = clip_range(args)
     clipped = ratio.clamp(1.0 - low, 1.0 + high)
     pg_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
+    values, returns, old_values = new["values"], mb["returns"], mb["values"]
     if args.clip_vloss:
-        v_clipped = old_values + (newvalue - old_values).clamp(-args.clip_coef, args.clip_coef)
-        v_loss = 0.5 * torch.max((newvalue - returns) ** 2, (v_clipped - returns) ** 2).mean()
+        v_clipped = old_values + (values - old_values).clamp(-args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2).mean()
     else:
-        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-    entropy_loss = entropy.mean()
+        v_loss = 0.5 * ((values - returns) ** 2).mean()
+    entropy_loss = new["entropy"].mean()
     loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
     terms = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss}
     # Extras, each off at 0.
     if args.bounds_loss_coef > 0:
-        terms["bounds_loss"] = bounds_loss(mean)
+        terms["bounds_loss"] = bounds_loss(new["means"])
         loss = loss + args.bounds_loss_coef * terms["bounds_loss"]
     if args.l2c2_coef > 0:
-        # A pass around the wrapper is fine: DDP averages each gradient once it is complete.
-        terms["l2c2_loss"] = l2c2_loss(getattr(agent, "module", agent), obs, mean, args.l2c2_noise)
+        terms["l2c2_loss"] = l2c2_loss(agent, mb["obs"], new["means"], args.l2c2_noise)
         loss = loss + args.l2c2_coef * terms["l2c2_loss"]
-    return loss, logratio, ratio, mean, std, terms
+    with torch.no_grad():  # how far the policy has moved: KL estimates, clipped fractions
+        terms["approx_kl"] = ((ratio - 1) - new["logratio"]).mean()  # Schulman's estimator
+        terms["old_approx_kl"] = (-new["logratio"]).mean()
+        terms["clipfrac"] = ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()
+        terms["clipfrac_high"] = (ratio > 1 + high).float().mean()
+        terms["clipfrac_low"] = (ratio < 1 - low).float().mean()
+    return loss, terms, new
 
 
-def effective_rank(features: torch.Tensor) -> float:
-    """exp(entropy of the normalized singular values) (Roy & Vetterli 2007): how many feature
-    directions the actor really uses; a collapsing rank is a sign of lost plasticity."""
-    s = torch.linalg.svdvals(features.double())
-    p = s / s.sum().clamp_min(1e-12)
-    return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
+def start_episodes(envs, global_step: int, args: Args, device) -> dict:
+    """Reset the envs; returns what carries over from one rollout to the next: the last obs, the
+    episodes' running sums and the (return, length) of every finished episode. (A resume starts
+    fresh episodes.)"""
+    first_obs, _ = envs.reset(seed=args.seed + rank() * args.num_envs + global_step)
+    return {
+        "obs": to_tensor(first_obs, device),
+        "return": np.zeros(args.num_envs),
+        "length": np.zeros(args.num_envs, dtype=int),
+        "discounted": np.zeros(args.num_envs),
+        "episodes": [],
+    }
+
+
+@torch.no_grad()
+def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, args: Args) -> dict:
+    """args.num_steps steps of every env with the frozen policy and normalizer, from global step
+    `step` on: a dict of time-major [T, N] tensors. carry holds what runs on across rollouts."""
+    device = carry["obs"].device
+    shape = (args.num_steps, args.num_envs)
+    buf = {"obs": [], "actions": [], "logprobs": [], "values": [], "means": []}
+    rewards, discounted = np.zeros(shape), np.zeros(shape)
+    terminated, truncated = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
+    final_values = torch.zeros(shape, device=device)
+    for t in range(args.num_steps):
+        policy = agent.get_action_and_value(carry["obs"])
+        policy["obs"] = carry["obs"]
+        for key in buf:
+            buf[key].append(policy[key])
+        env_action = scale_action(policy["actions"].cpu().numpy(), envs.single_action_space)
+        next_obs, rewards[t], terminated[t], truncated[t], info = envs.step(env_action)
+        carry["obs"] = to_tensor(next_obs, device)
+        carry["return"] += rewards[t]
+        carry["length"] += 1
+        carry["discounted"] = carry["discounted"] * args.gamma + rewards[t]
+        discounted[t] = carry["discounted"]
+        done = terminated[t] | truncated[t]
+        for i in np.flatnonzero(done):
+            carry["episodes"].append((carry["return"][i], carry["length"][i]))
+            end = step + (t + 1) * args.num_envs * world_size()
+            if writer is None:  # rank 0 alone logs (its own episodes)
+                continue
+            writer.add_scalar("charts/episodic_return", carry["return"][i], end)
+            writer.add_scalar("charts/episodic_length", carry["length"][i], end)
+        carry["return"][done] = 0.0
+        carry["length"][done] = 0
+        carry["discounted"][done] = 0.0
+        # The obs returned for a finished episode is already the next one's reset obs: a truncated
+        # episode bootstraps from V(final_obs); a terminated one needs no value.
+        if truncated[t].any():
+            idx = np.flatnonzero(truncated[t])
+            final_obs = to_tensor(np.stack(info["final_obs"][idx]), device)
+            final_values[t, idx] = agent.get_value(final_obs)
+    rollout = {key: torch.stack(values) for key, values in buf.items()}
+    # V(s_{t+1}) of the same episode: the value the next step computed (one critic pass per
+    # step), except after a truncation, where it is V(final_obs).
+    next_values = torch.cat((rollout["values"][1:], agent.get_value(carry["obs"])[None]))
+    truncated_mask = torch.as_tensor(truncated, device=device)
+    rollout["next_values"] = torch.where(truncated_mask, final_values, next_values)
+    rollout["rewards"] = to_tensor(rewards, device)
+    if args.norm_reward:  # scale by the std of the discounted return, this rollout included
+        reward_rms.update(torch.as_tensor(discounted))
+        scaled = rollout["rewards"] / torch.sqrt(reward_rms.var.float() + 1e-8)
+        rollout["rewards"] = scaled.clamp(-args.clip_reward, args.clip_reward)
+    rollout["terminated"] = to_tensor(terminated, device)
+    rollout["dones"] = to_tensor(terminated | truncated, device)
+    return rollout
+
+
+def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: Args):
+    """args.update_epochs passes of minibatch gradient steps over the flat batch, the normalizer
+    frozen. Returns the logged statistics and the lr scale (the desired-KL rule changes it)."""
+    ddp_agent = agent  # the loss's passes go through the DDP wrapper (if any); the rest does not
+    agent = getattr(agent, "module", agent)
+    advantages = batch["advantages"]
+    if args.norm_adv:  # once per update, with the global batch's moments: alike on every rank
+        _, adv_mean, adv_var = all_moments(advantages.double())
+        advantages = (advantages - adv_mean.float()) / (adv_var.float().sqrt() + 1e-8)
+    batch_size = batch["obs"].shape[0]
+    minibatch_size = batch_size // args.num_minibatches
+    old_std = agent.actor_logstd.detach().exp()
+    stats = {}
+    for _ in range(args.update_epochs):
+        last_epoch_ratios = []
+        perm = torch.randperm(batch_size, device=batch["obs"].device)
+        for start in range(0, batch_size, minibatch_size):
+            idx = perm[start : start + minibatch_size]
+            mb = {key: value[idx] for key, value in batch.items()}
+            mb["advantages"] = advantages[idx]
+            loss, terms, new = loss_fn(ddp_agent, mb, args)
+            for opt in optimizers:
+                opt.zero_grad(set_to_none=True)
+            loss.backward()
+            max_norm = args.max_grad_norm  # actor and critic clipped separately
+            actor_norm = nn.utils.clip_grad_norm_(agent.actor_parameters(), max_norm, foreach=True)
+            critic_norm = nn.utils.clip_grad_norm_(
+                agent.critic.parameters(), max_norm, foreach=True
+            )
+            for opt in optimizers:
+                opt.step()
+            if args.desired_kl is not None:  # Extra: the lr follows the KL of every step
+                lr_scale = adapt_lr_scale(optimizers, mb, old_std, new, lr_scale, args)
+            terms["actor_grad_norm"] = actor_norm
+            terms["critic_grad_norm"] = critic_norm
+            for key, value in terms.items():
+                stats.setdefault(key, []).append(value.detach())
+            last_epoch_ratios.append(new["ratio"].detach())
+        kl = terms["approx_kl"]
+        if args.target_kl is not None and all_reduce_mean(kl).item() > args.target_kl:
+            break
+    metrics = {f"losses/{k}": torch.stack(v).float().mean().item() for k, v in stats.items()}
+    metrics.update(diagnostics(agent, batch, torch.cat(last_epoch_ratios), args))
+    return metrics, lr_scale
 
 
 def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
-    """Actor and critic in their own parameter groups, each remembering its initial lr. Muon
-    (Jordan et al. 2024) orthogonalizes the updates of the hidden weight matrices; the first and
-    last layers, biases and the log-std stay with Adam. fused Adam: one kernel for all."""
-    critic_lr = (
-        args.learning_rate if args.critic_learning_rate is None else args.critic_learning_rate
-    )
+    """Actor and critic in their own parameter groups, each remembering its initial lr; with
+    --optimizer muon, Muon takes the hidden weight matrices (muon_params). fused Adam: one kernel
+    for all."""
+    critic_lr = args.critic_learning_rate
+    if critic_lr is None:
+        critic_lr = args.learning_rate
     groups = [
-        ("actor", [*agent.actor_mean.parameters(), agent.actor_logstd], args.learning_rate),
+        ("actor", agent.actor_parameters(), args.learning_rate),
         ("critic", list(agent.critic.parameters()), critic_lr),
     ]
-    hidden = set()
-    if args.optimizer == "muon":
-        for net in (agent.actor_mean, agent.critic):
-            hidden |= {id(m.weight) for m in list(net)[2:-1] if isinstance(m, nn.Linear)}
+    hidden = muon_params(agent) if args.optimizer == "muon" else set()
     muon_groups, adam_groups = [], []
     for name, params, lr in groups:
         group = {"lr": lr, "initial_lr": lr, "name": name, "weight_decay": args.weight_decay}
@@ -461,199 +481,360 @@ def set_learning_rate(optimizers, scale: float):
             group["lr"] = group["initial_lr"] * scale
 
 
-def start_episodes(envs, global_step: int, args: Args, device) -> dict:
-    """Reset the envs; returns what carries over from one rollout to the next: the last obs, the
-    step count and the episodes' running sums. (A resume starts fresh episodes.)"""
-    rank = dist.get_rank() if dist.is_initialized() else 0  # each rank its own envs
-    first_obs, _ = envs.reset(seed=args.seed + rank * args.num_envs + global_step)
-    return {
-        "obs": torch.as_tensor(first_obs, dtype=torch.float32, device=device),
-        "step": global_step,
-        "return": np.zeros(args.num_envs),
-        "length": np.zeros(args.num_envs, dtype=int),
-        "discounted": np.zeros(args.num_envs),
-    }
+# Training -----------------------------------------------------------------------------------------
+def train(args: Args) -> dict[str, float]:
+    """Train with exactly these settings; with args.resume, go on with that checkpoint's run."""
+    check_args(args)  # Harness: bad input in one line, before anything runs
+    gl_error = import_mujoco(args.capture_video)  # Harness: before any env loads MuJoCo
+    if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
+        return evaluate_checkpoint(args, gl_error)
+    ckpt = load_checkpoint(args.resume) if args.resume is not None else None
+    init_distributed(args)  # Distributed: one process per rank (torchrun), or alone
+    is_main = rank() == 0  # rank 0 alone does the run's I/O: logs, checkpoints, evaluation, video
+    plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
+    torch.manual_seed(args.seed + rank())  # each rank its own noise; DDP copies rank 0's weights
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if args.cuda else "cpu")
+    envs = make_envs(args.env_id, args.num_envs, args.seed)
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args).to(device)
+    optimizers = make_optimizers(agent, args)
+    reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
+    progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
+    if ckpt is not None:  # Harness: resume the saved state and progress
+        progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
+    ddp_agent = DDP(agent) if dist.is_initialized() else agent  # buffers alike: broadcast no-op
+    run = start_run(args, plan, gl_error) if is_main else {"writer": None, "checkpoint": ""}
+    loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
+    carry = start_episodes(envs, progress["global_step"], args, device)
+    last = plan["last_iteration"]
+    with catch_ctrl_c(run["checkpoint"]) as ctrl_c:  # Harness: Ctrl-C ends after an iteration
+        for iteration in range(plan["first_iteration"], last + 1):
+            if args.anneal_lr and args.desired_kl is None:
+                progress["lr_scale"] = 1.0 - (iteration - 1.0) / last
+            set_learning_rate(optimizers, progress["lr_scale"])
+            rollout = collect_rollout(
+                agent, envs, reward_rms, carry, progress["global_step"], run["writer"], args
+            )
+            rollout["advantages"], rollout["returns"] = compute_gae(
+                rollout["rewards"], rollout["values"], rollout["next_values"],
+                rollout["terminated"], rollout["dones"], args.gamma, args.gae_lambda,
+            )  # fmt: skip
+            batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
+            metrics, progress["lr_scale"] = ppo_update(
+                ddp_agent, optimizers, loss_fn, batch, progress["lr_scale"], args
+            )
+            if args.norm_obs:  # the normalizer learns from the rollout after the update
+                agent.obs_rms.update(batch["obs"])
+            progress["global_step"] += plan["batch_size"]
+            progress["iteration"] = iteration
+            if iteration == last or args.check_sync_every and not iteration % args.check_sync_every:
+                check_in_sync(agent, reward_rms)
+
+            state = (agent, optimizers, reward_rms, args, progress)
+            stop = ctrl_c.is_set() and iteration < last
+            stop = all_reduce_mean(torch.tensor(float(stop))).item() > 0  # Ctrl-C on any rank
+            if is_main:  # Harness: rank 0 alone logs, evaluates and saves
+                metrics = log_iteration(run, metrics, optimizers, carry, progress)
+                evaluate_and_save(run, state, stop)
+            if stop:
+                break
+        del ddp_agent  # before destroy_process_group, even after a Ctrl-C (README: DDP exit)
+        envs.close()
+        if not is_main:  # rank 0 alone evaluates and reports
+            return metrics
+        return finish_run(run, state, metrics, stop)  # Harness: final evaluation, or exit 130
+
+
+# Extras: research options and diagnostics, each called from one marked place above ---------------
+def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
+    """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
+    ratio_term = (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)
+    return (torch.log(std_new / std_old) + ratio_term - 0.5).sum(-1)
+
+
+def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
+    """rsl_rl's rule: shrink the step when the policy moved too far, grow it when it barely did."""
+    if kl > 2.0 * desired_kl:
+        lr = lr / 1.5
+    elif kl < desired_kl / 2.0:
+        lr = lr * 1.5
+    return min(max(lr, 1e-5), 1e-2)
 
 
 @torch.no_grad()
-def collect_rollout(agent, envs, reward_rms, carry: dict, episodes: list, writer, args: Args):
-    """args.num_steps steps of every env with the frozen policy and normalizer: a dict of
-    time-major [T, N] tensors. carry holds what runs on across rollouts (the last obs, the step
-    and the episodes' running sums); each finished episode's (return, length) goes to episodes."""
-    device = carry["obs"].device
-    shape = (args.num_steps, args.num_envs)
-    buf = {"obs": [], "actions": [], "logprobs": [], "values": [], "means": []}
-    rewards, discounted = np.zeros(shape), np.zeros(shape)
-    terminated, truncated = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
-    final_values = torch.zeros(shape, device=device)
-    world_size = dist.get_world_size() if dist.is_initialized() else 1
-    for t in range(args.num_steps):
-        action, logprob, _, value, mean, _ = agent.get_action_and_value(carry["obs"])
-        buf["obs"].append(carry["obs"])
-        buf["actions"].append(action)
-        buf["logprobs"].append(logprob)
-        buf["values"].append(value)
-        buf["means"].append(mean)
-        env_action = scale_action(action.cpu().numpy(), envs.single_action_space)
-        next_obs, rewards[t], terminated[t], truncated[t], info = envs.step(env_action)
-        carry["obs"] = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-        carry["return"] += rewards[t]
-        carry["length"] += 1
-        carry["discounted"] = carry["discounted"] * args.gamma + rewards[t]
-        discounted[t] = carry["discounted"]
-        done = terminated[t] | truncated[t]
-        for i in np.flatnonzero(done):
-            episodes.append((carry["return"][i], carry["length"][i]))
-            step = carry["step"] + (t + 1) * args.num_envs * world_size
-            if writer is not None:  # rank 0 logs its own episodes
-                writer.add_scalar("charts/episodic_return", carry["return"][i], step)
-                writer.add_scalar("charts/episodic_length", carry["length"][i], step)
-        carry["return"][done] = 0.0
-        carry["length"][done] = 0
-        carry["discounted"][done] = 0.0
-        # The obs returned for a finished episode is already the next one's reset obs: a truncated
-        # episode bootstraps from V(final_obs); a terminated one needs no value.
-        if truncated[t].any():
-            idx = np.flatnonzero(truncated[t])
-            final_obs = np.stack(info["final_obs"][idx])
-            final_obs = torch.as_tensor(final_obs, dtype=torch.float32, device=device)
-            final_values[t, idx] = agent.get_value(final_obs)
-    rollout = {key: torch.stack(values) for key, values in buf.items()}
-    # V(s_{t+1}) of the same episode: the value the next step computed (one critic pass per
-    # step), except after a truncation, where it is V(final_obs).
-    next_values = torch.cat((rollout["values"][1:], agent.get_value(carry["obs"])[None]))
-    truncated_mask = torch.as_tensor(truncated, device=device)
-    rollout["next_values"] = torch.where(truncated_mask, final_values, next_values)
-    rollout["rewards"] = torch.as_tensor(rewards, dtype=torch.float32, device=device)
-    if args.norm_reward:  # scale by the std of the discounted return, this rollout included
-        reward_rms.update(torch.as_tensor(discounted))
-        scaled = rollout["rewards"] / torch.sqrt(reward_rms.var.float() + 1e-8)
-        rollout["rewards"] = scaled.clamp(-args.clip_reward, args.clip_reward)
-    carry["step"] += args.num_steps * args.num_envs * world_size
-    rollout["terminated"] = torch.as_tensor(terminated, dtype=torch.float32, device=device)
-    rollout["dones"] = torch.as_tensor(terminated | truncated, dtype=torch.float32, device=device)
-    return rollout
+def adapt_lr_scale(optimizers, mb: dict, old_std, new: dict, lr_scale: float, args: Args):
+    """--desired-kl after a minibatch step: the rule applied to the Gaussian KL between the
+    rollout's policy and the new one; returns the new lr scale, already set on every group."""
+    kl = all_reduce_mean(gaussian_kl(mb["means"], old_std, new["means"], new["std"]).mean()).item()
+    new_lr = adapt_learning_rate(lr_scale * args.learning_rate, kl, args.desired_kl)
+    lr_scale = new_lr / args.learning_rate
+    set_learning_rate(optimizers, lr_scale)
+    return lr_scale
 
 
-def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: Args):
-    """args.update_epochs passes of minibatch gradient steps over the flat batch, the normalizer
-    frozen. Returns the logged statistics and the lr scale (the desired-KL rule changes it)."""
-    ddp_agent = agent  # the loss's passes go through the DDP wrapper (if any); the rest does not
-    agent = getattr(agent, "module", agent)
-    batch_size = batch["obs"].shape[0]
-    minibatch_size = batch_size // args.num_minibatches
-    actor_params = [*agent.actor_mean.parameters(), agent.actor_logstd]
-    critic_params = list(agent.critic.parameters())
-    old_std = agent.actor_logstd.detach().exp()
+def bounds_loss(mean: torch.Tensor) -> torch.Tensor:
+    """sum_j max(mu_j - 1, 0)^2 + min(mu_j + 1, 0)^2, batch mean: keeps the mean inside the action
+    bounds, where the env's clipping would otherwise hide how far out it has drifted."""
+    return ((mean - 1.0).clamp_min(0.0) ** 2 + (mean + 1.0).clamp_max(0.0) ** 2).sum(-1).mean()
+
+
+def l2c2_loss(agent: Agent, obs: torch.Tensor, mean: torch.Tensor, noise: float) -> torch.Tensor:
+    """L2C2 (Kobayashi 2022): mean ||mu(s + eps) - mu(s)||^2 / mean ||eps||^2 for uniform eps on
+    the normalized observation; a Lipschitz-like penalty that makes the policy locally smooth."""
+    agent = getattr(agent, "module", agent)  # around DDP is fine: it averages complete gradients
+    x = agent.normalize(obs)
+    eps = (torch.rand_like(x) * 2.0 - 1.0) * noise
+    change = ((agent.actor_mean(x + eps) - mean) ** 2).sum(-1).mean()
+    return change / ((eps**2).sum(-1).mean() + 1e-8).detach()
+
+
+def muon_params(agent: Agent) -> set[int]:
+    """ids of the hidden weight matrices, whose updates Muon (Jordan et al. 2024) orthogonalizes;
+    the first and last layers, the biases and the log-std stay with Adam."""
+    hidden = set()
+    for net in (agent.actor_mean, agent.critic):
+        hidden |= {id(m.weight) for m in list(net)[2:-1] if isinstance(m, nn.Linear)}
+    return hidden
+
+
+def effective_rank(features: torch.Tensor) -> float:
+    """exp(entropy of the normalized singular values) (Roy & Vetterli 2007): how many feature
+    directions the actor really uses; a collapsing rank is a sign of lost plasticity."""
+    s = torch.linalg.svdvals(features.double())
+    p = s / s.sum().clamp_min(1e-12)
+    return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
+
+
+@torch.no_grad()
+def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> dict:
+    """After the update: the ratios of its last epoch, the surrogate gain it achieved on the whole
+    batch, the actor's effective rank and std, and how well the critic explains the returns."""
     low, high = clip_range(args)
-    stats = {}
-    advantages = batch["advantages"]
-    if args.norm_adv:  # once per update, with the global batch's moments: alike on every rank
-        _, adv_mean, adv_var = all_moments(advantages.double())
-        advantages = (advantages - adv_mean.float()) / (adv_var.float().sqrt() + 1e-8)
-    for _ in range(args.update_epochs):
-        last_epoch_ratios = []
-        perm = torch.randperm(batch_size, device=batch["obs"].device)
-        for start in range(0, batch_size, minibatch_size):
-            mb = perm[start : start + minibatch_size]
-            loss, logratio, ratio, mean, std, terms = loss_fn(
-                ddp_agent, batch["obs"][mb], batch["actions"][mb], batch["logprobs"][mb],
-                advantages[mb], batch["returns"][mb], batch["values"][mb], args,
-            )  # fmt: skip
-            for opt in optimizers:
-                opt.zero_grad(set_to_none=True)
-            loss.backward()
-            max_norm = args.max_grad_norm  # actor and critic clipped separately
-            terms["actor_grad_norm"] = nn.utils.clip_grad_norm_(
-                actor_params, max_norm, foreach=True
-            )
-            terms["critic_grad_norm"] = nn.utils.clip_grad_norm_(
-                critic_params, max_norm, foreach=True
-            )
-            for opt in optimizers:
-                opt.step()
-            with torch.no_grad():
-                kl = ((ratio - 1) - logratio).mean()  # Schulman's low-variance estimator
-                if args.desired_kl is not None:
-                    gkl = gaussian_kl(batch["means"][mb], old_std, mean, std).mean()
-                    gkl = all_reduce_mean(gkl).item()  # one lr for all ranks
-                    new_lr = adapt_learning_rate(
-                        lr_scale * args.learning_rate, gkl, args.desired_kl
-                    )
-                    lr_scale = new_lr / args.learning_rate
-                    set_learning_rate(optimizers, lr_scale)
-                terms["approx_kl"] = kl
-                terms["old_approx_kl"] = (-logratio).mean()
-                terms["clipfrac"] = ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()
-                terms["clipfrac_high"] = (ratio > 1 + high).float().mean()
-                terms["clipfrac_low"] = (ratio < 1 - low).float().mean()
-                for key, value in terms.items():
-                    stats.setdefault(key, []).append(value.detach())
-                last_epoch_ratios.append(ratio.detach())
-        if args.target_kl is not None and all_reduce_mean(kl).item() > args.target_kl:
-            break
+    outside = (ratios < 1 - low) | (ratios > 1 + high)
+    new = agent.get_action_and_value(batch["obs"], batch["actions"])
+    gain = (new["logprobs"] - batch["logprobs"]).exp() * batch["advantages"]
+    features = agent.actor_mean[:-1](agent.normalize(batch["obs"][:4096]))  # last hidden layer
+    var_y = batch["returns"].var()
+    unexplained = (batch["returns"] - batch["values"]).var() / var_y
+    return {
+        "losses/ratio_dev_mean": (ratios - 1.0).abs().mean().item(),
+        "losses/ratio_dev_max": (ratios - 1.0).abs().max().item(),
+        "losses/ratio_outside_frac": outside.float().mean().item(),
+        "charts/policy_gain": gain.mean().item(),
+        "charts/actor_effective_rank": effective_rank(features),
+        "charts/policy_std": new["std"].mean().item(),
+        "losses/explained_variance": (1 - unexplained).item() if var_y > 0 else math.nan,
+        "charts/advantage_mean": batch["advantages"].mean().item(),
+        "charts/advantage_std": batch["advantages"].std().item(),
+        "charts/value_mean": batch["values"].mean().item(),
+    }
 
-    with torch.no_grad():
-        metrics = {f"losses/{k}": torch.stack(v).float().mean().item() for k, v in stats.items()}
-        ratios = torch.cat(last_epoch_ratios)
-        outside = (ratios < 1 - low) | (ratios > 1 + high)
-        metrics["losses/ratio_dev_mean"] = (ratios - 1.0).abs().mean().item()
-        metrics["losses/ratio_dev_max"] = (ratios - 1.0).abs().max().item()
-        metrics["losses/ratio_outside_frac"] = outside.float().mean().item()
-        # After the update, on the whole batch: the surrogate gain it achieved, and how many
-        # feature directions the actor uses.
-        _, newlogprob, _, _, _, policy_std = agent.get_action_and_value(
-            batch["obs"], batch["actions"]
+
+# Harness: checkpoints, resume, Ctrl-C, evaluation, video, logging ---------------------------------
+def fail(message: str):
+    """Bad input: one line on stderr and exit code 1, no traceback (rank 0's, under torchrun)."""
+    raise SystemExit(f"error: {message}" if os.environ.get("RANK", "0") == "0" else 1)
+
+
+def check_args(args: Args):
+    """Bad input in one line, before anything runs: every number finite and in its range."""
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
+    positive += ["eval_episodes", "threads", "learning_rate", "critic_learning_rate", "desired_kl"]
+    positive += ["clip_coef", "clip_low", "clip_high", "max_grad_norm", "target_kl", "clip_obs"]
+    positive += ["clip_reward", "l2c2_noise"]
+    at_least_0 = ["seed", "ent_coef", "vf_coef", "weight_decay", "bounds_loss_coef", "l2c2_coef"]
+    at_least_0 += ["checkpoint_every", "eval_every", "check_sync_every"]
+    for name in positive + at_least_0:
+        value = getattr(args, name)
+        if value is None:  # None: the flag's documented default applies
+            continue
+        if not math.isfinite(value) or value < 0 or (value == 0 and name in positive):
+            kind = "positive" if name in positive else ">= 0"
+            fail(f"--{name.replace('_', '-')} must be {kind}, got {value}")
+    for name in ("actor_layers", "critic_layers"):
+        if not all(size > 0 for size in getattr(args, name)):
+            fail(f"--{name.replace('_', '-')} must be positive sizes, got {getattr(args, name)}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
+        fail("--gamma and --gae-lambda must lie in [0, 1]")
+    if not math.isfinite(args.init_logstd):
+        fail(f"--init-logstd must be a finite number, got {args.init_logstd}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches:
+        fail(
+            f"batch size {batch_size} is not divisible by --num-minibatches {args.num_minibatches}"
         )
-        gain = (newlogprob - batch["logprobs"]).exp() * batch["advantages"]
-        metrics["charts/policy_gain"] = gain.mean().item()
-        features = agent.actor_features(batch["obs"][: min(batch_size, 4096)])
-        metrics["charts/actor_effective_rank"] = effective_rank(features)
-        metrics["charts/policy_std"] = policy_std.mean().item()
-        var_y = batch["returns"].var()
-        unexplained = (batch["returns"] - batch["values"]).var() / var_y
-        metrics["losses/explained_variance"] = (1 - unexplained).item() if var_y > 0 else math.nan
-        metrics["charts/advantage_mean"] = batch["advantages"].mean().item()
-        metrics["charts/advantage_std"] = batch["advantages"].std().item()
-        metrics["charts/value_mean"] = batch["values"].mean().item()
-    return metrics, lr_scale
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail("minibatches of one sample: the advantages of one sample cannot be normalized")
+    if args.cuda and not torch.cuda.is_available():
+        fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
+    if args.track and importlib.util.find_spec("wandb") is None:
+        fail("--track needs wandb: pip install -r requirements-extras.txt")
+    check_writable(args.log_dir, "--log-dir")
+    if args.capture_video:
+        check_writable(args.video_dir, "--video-dir")
 
 
-# Logging, checkpoints, Ctrl-C and evaluation ------------------------------------------------------
+def check_writable(path: str, flag: str):
+    """Found now, not after the training: the nearest existing folder of path is writable."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not (os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)):
+        fail(f"{flag} {path}: cannot write there ({existing} is not a writable folder)")
+
+
+def plan_run(args: Args, ckpt: dict | None) -> dict:
+    """The iterations to run: whole batches only, never past --total-timesteps; a resume goes on
+    from the saved step, with the flags that shape the networks as they were saved."""
+    global_step = 0
+    if ckpt is not None:
+        if ckpt["env_id"] != args.env_id:
+            fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
+        for name in ("actor_layers", "critic_layers", "optimizer"):
+            saved = ckpt["args"][name]
+            if getattr(args, name) != saved:
+                fail(f"--{name.replace('_', '-')} cannot change on resume (saved: {saved})")
+        global_step = ckpt["global_step"]
+    batch_size = args.num_envs * args.num_steps * world_size()  # of all ranks
+    first_iteration = global_step // batch_size + 1
+    last_iteration = first_iteration - 1 + (args.total_timesteps - global_step) // batch_size
+    if last_iteration < first_iteration:
+        fail(f"no whole batch of {batch_size} steps (ranks x envs x steps) fits between step "
+             f"{global_step} and --total-timesteps {args.total_timesteps}")  # fmt: skip
+    end_step = global_step + (last_iteration - first_iteration + 1) * batch_size
+    return {"first_iteration": first_iteration, "last_iteration": last_iteration,
+            "batch_size": batch_size, "start_step": global_step, "end_step": end_step}  # fmt: skip
+
+
+def start_run(args: Args, plan: dict, gl_error: str | None) -> dict:
+    """The run's directory (a resumed run keeps its own), TensorBoard writer and video folder, and
+    the clock of its speed; prints the start line."""
+    run_dir = f"{args.log_dir}/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if args.resume is not None:
+        run_dir = run_dir_of(args.resume)
+    run = {**plan, "dir": run_dir, "checkpoint": os.path.join(run_dir, "checkpoint.pt")}
+    run["writer"] = make_writer(run_dir, args)
+    run["videos"] = video_dir(args, run_dir, gl_error) if args.capture_video else None
+    run["start_time"] = time.time()
+    if plan["end_step"] != args.total_timesteps and args.total_timesteps != Args.total_timesteps:
+        print(
+            f"note: training to step {plan['end_step']}: --total-timesteps "
+            f"{args.total_timesteps} is not reached in whole batches of {plan['batch_size']}"
+        )
+    print(f"{args.env_id}: iterations {plan['first_iteration']}-{plan['last_iteration']} of "
+          f"{plan['batch_size']} steps ({world_size()} ranks x {args.num_envs} envs x "
+          f"{args.num_steps}) to step {plan['end_step']}; logging to {run_dir}")  # fmt: skip
+    return run
+
+
+def run_dir_of(checkpoint_path: str) -> str:
+    return os.path.dirname(os.path.abspath(checkpoint_path))
+
+
 def make_writer(run_dir: str, args: Args) -> SummaryWriter:
     """TensorBoard writer of the run, with the settings as a table in its TEXT tab."""
     os.makedirs(run_dir, exist_ok=True)
+    if args.track:  # Extra: W&B mirrors every TensorBoard tag; a resumed run goes on in its run
+        import wandb
+
+        run_id = re.sub(r"[^A-Za-z0-9_-]", "-", os.path.basename(run_dir))[-64:]
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, id=run_id,
+                   name=os.path.basename(run_dir), config=vars(args), sync_tensorboard=True,
+                   resume="allow", dir=run_dir)  # fmt: skip
     writer = SummaryWriter(run_dir)
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     return writer
 
 
-def log_iteration(
-    writer, metrics: dict, episodes: list, step: int, iteration: int, last: int, end_step: int
-):
-    """Write the iteration's metrics to TensorBoard and print the progress line."""
-    if writer is None:  # rank 0 alone logs
-        return
-    for key, value in metrics.items():
-        writer.add_scalar(key, value, step)
+def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: dict) -> dict:
+    """Write the iteration's metrics, its speed and learning rate to TensorBoard and print the
+    progress line. Returns what was written, with the mean return and length of the last 10
+    episodes (what train() returns)."""
+    step = progress["global_step"]
+    logged = dict(metrics)
+    logged["charts/SPS"] = int((step - run["start_step"]) / (time.time() - run["start_time"]))
+    logged["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
+    for key, value in logged.items():
+        run["writer"].add_scalar(key, value, step)
     shown = "-"  # until the first episode ends
-    if episodes:
-        metrics["charts/episodic_return"] = float(np.mean([r for r, _ in episodes[-10:]]))
-        metrics["charts/episodic_length"] = float(np.mean([n for _, n in episodes[-10:]]))
-        shown = f"{metrics['charts/episodic_return']:.1f}"
-    sps = metrics["charts/SPS"]
-    eta = (end_step - step) / max(sps, 1)
-    print(f"iter {iteration}/{last} | step {step} | return {shown} | SPS {sps} | "
-          f"ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)  # fmt: skip
+    recent = carry["episodes"][-10:]
+    if recent:
+        logged["charts/episodic_return"] = float(np.mean([r for r, _ in recent]))
+        logged["charts/episodic_length"] = float(np.mean([n for _, n in recent]))
+        shown = f"{logged['charts/episodic_return']:.1f}"
+    sps = logged["charts/SPS"]
+    eta = (run["end_step"] - step) / max(sps, 1)
+    print(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
+          f"SPS {sps} | ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)  # fmt: skip
+    return logged
 
 
-def catch_ctrl_c(ctrl_c: threading.Event):
-    """Make Ctrl-C set ctrl_c, which train() checks between iterations, where all state is
-    consistent (a KeyboardInterrupt inside TensorBoard's writer can hang its close()). A second
-    Ctrl-C interrupts at once. Returns the previous handler (None off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
+def evaluate_and_save(run: dict, state: tuple, stop: bool):
+    """After an iteration: every --eval-every iterations a deterministic evaluation, keeping the
+    best policy as best.pt; checkpoint.pt every --checkpoint-every, at the end and on Ctrl-C."""
+    agent, _, _, args, progress = state
+    iteration, step = progress["iteration"], progress["global_step"]
+    if args.eval_every and iteration % args.eval_every == 0:
+        video = run["videos"] and f"{run['videos']}/eval_step{step}.mp4"
+        seed = args.seed + EVAL_SEED_OFFSET
+        returns = evaluate(agent, args.env_id, args.eval_episodes, seed, video)
+        run["writer"].add_scalar("eval/periodic_return", np.mean(returns), step)
+        if np.mean(returns) > progress["best_eval"]:
+            progress["best_eval"] = float(np.mean(returns))
+            save_checkpoint(os.path.join(run["dir"], "best.pt"), *state)
+    periodic = args.checkpoint_every > 0 and iteration % args.checkpoint_every == 0
+    if periodic or stop or iteration == run["last_iteration"]:
+        save_checkpoint(run["checkpoint"], *state)
+
+
+def finish_run(run: dict, state: tuple, metrics: dict, stopped: bool) -> dict:
+    """After a Ctrl-C, exit with code 130 (checkpoint.pt is saved). Otherwise evaluate the final
+    policy deterministically and return the last iteration's metrics with its return."""
+    agent, _, _, args, progress = state
+    step = progress["global_step"]
+    if stopped:
+        close_writer(run["writer"], args)
+        print(f"\ninterrupted at step {step}; resume with: {resume_command(run['checkpoint'])}",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(130)
+    video = run["videos"] and f"{run['videos']}/eval_step{step}.mp4"
+    seed = args.seed + EVAL_SEED_OFFSET
+    returns = evaluate(agent, args.env_id, args.eval_episodes, seed, video)
+    metrics = {**metrics, "eval/episodic_return": float(np.mean(returns)), "global_step": step}
+    run["writer"].add_scalar("eval/episodic_return", metrics["eval/episodic_return"], step)
+    if args.track and video and os.path.exists(video):  # Extra: the final video to W&B too
+        import wandb
+
+        wandb.log({"eval/video": wandb.Video(video, format="mp4")})
+    close_writer(run["writer"], args)
+    print(f"deterministic eval over {args.eval_episodes} episodes: "
+          f"{metrics['eval/episodic_return']:.1f}; checkpoint: {run['checkpoint']}")  # fmt: skip
+    return metrics
+
+
+def close_writer(writer: SummaryWriter, args: Args):
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
+
+
+def resume_command(checkpoint_path: str) -> str:
+    launcher = f"torchrun --nproc_per_node {world_size()}" if world_size() > 1 else "python"
+    return f"{launcher} {SCRIPT_NAME}.py --resume {os.path.normpath(checkpoint_path)}"
+
+
+@contextlib.contextmanager
+def catch_ctrl_c(checkpoint_path: str):
+    """Inside, a first Ctrl-C sets the yielded event, which train() checks between iterations,
+    where all state is consistent (a KeyboardInterrupt inside TensorBoard's writer can hang its
+    close()). A second one stops at once, without saving, with exit code 130."""
+    ctrl_c = threading.Event()
 
     def on_ctrl_c(signum, frame):
         if ctrl_c.is_set():
@@ -662,7 +843,18 @@ def catch_ctrl_c(ctrl_c: threading.Event):
         message = b"\nCtrl-C: stopping after this iteration (press again to stop at once)\n"
         os.write(sys.stderr.fileno(), message)
 
-    return signal.signal(signal.SIGINT, on_ctrl_c)
+    previous = None  # signal handlers can only be set on the main thread
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield ctrl_c
+    except KeyboardInterrupt:  # the state may be half-updated, so none is saved
+        last = checkpoint_path if os.path.exists(checkpoint_path) else "none yet"
+        print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
+        raise SystemExit(130)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progress: dict):
@@ -687,37 +879,143 @@ def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progre
 
 def load_checkpoint(path: str) -> dict:
     """weights_only=True unpickles only tensors and plain values: a crafted file cannot run code."""
-    if not os.path.isfile(path):
+    if os.path.isdir(path):
+        fail(f"checkpoint {path} is a directory, not a file")
+    if not os.path.exists(path):
         fail(f"checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        fail(f"refusing {path}: it holds objects other than tensors and plain values")
-    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-        fail(f"cannot read checkpoint {path}: {e}".splitlines()[0])
+    except pickle.UnpicklingError as e:
+        if "GLOBAL" in str(e):  # a class or function to import: what a crafted file needs
+            fail(f"refusing {path}: it holds objects other than tensors and plain values")
+        fail(f"{path} is not a torch checkpoint (empty, corrupt or truncated)")
+    except OSError as e:
+        fail(f"cannot read checkpoint {path}: {e.strerror}")
+    except Exception:  # noqa: BLE001 - torch raises many kinds for a file that is not its own
+        fail(f"{path} is not a torch checkpoint (empty, corrupt or truncated)")
     script = ckpt.get("script") if isinstance(ckpt, dict) else None
     if script != SCRIPT_NAME:
         fail(f"{path} was not written by {SCRIPT_NAME}.py (script: {script})")
+    missing = [key for key in CHECKPOINT_KEYS if key not in ckpt]
+    if missing:
+        fail(f"{path} is not a complete checkpoint (missing: {', '.join(missing)})")
     return ckpt
 
 
 def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
     """Load the saved state into the new objects; return the run's progress."""
-    if (ckpt["obs_dim"], ckpt["act_dim"]) != (
-        agent.obs_rms.mean.shape[0],
-        agent.actor_logstd.shape[0],
-    ):
-        fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
     agent.load_state_dict(ckpt["agent"])
     for opt, state in zip(optimizers, ckpt["optimizers"]):
+        # load_state_dict brings back the saved groups' settings (initial_lr, weight_decay):
+        # those of the flags given now win.
+        settings = [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
         opt.load_state_dict(state)
+        for group, setting in zip(opt.param_groups, settings):
+            group.update(setting)
     reward_rms.load_state_dict(ckpt["reward_rms"])
-    if not dist.is_initialized() or dist.get_rank() == 0:  # the others keep their own seeds
+    if rank() == 0:  # the other ranks keep their own noise
         torch.set_rng_state(ckpt["rng"]["torch"])
+    ignored = ("resume", "log_dir")  # the run goes on in the checkpoint's directory
     changed = [f"{k}={v}" for k, v in vars(args).items() if ckpt["args"].get(k) != v]
-    changed = ", ".join(text for text in changed if not text.startswith("resume=")) or "none"
+    changed = ", ".join(text for text in changed if text.split("=")[0] not in ignored) or "none"
     print(f"resuming {args.resume} at step {ckpt['global_step']}; changed: {changed}")
-    return {key: ckpt[key] for key in ("global_step", "iteration", "lr_scale", "best_eval")}
+    if args.log_dir != ckpt["args"]["log_dir"]:
+        print(f"note: --log-dir is ignored on resume: the run goes on in {run_dir_of(args.resume)}")
+    progress = {key: ckpt[key] for key in ("global_step", "iteration", "lr_scale", "best_eval")}
+    if not args.anneal_lr and args.desired_kl is None:  # a constant rate: the one typed now
+        progress["lr_scale"] = 1.0
+    return progress
+
+
+def saved_args(ckpt: dict) -> Args:
+    """The settings a checkpoint was trained with (fields this version lacks are dropped)."""
+    names = [field.name for field in dataclasses.fields(Args)]
+    return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """The command line. With --resume it is parsed again with the saved settings as defaults,
+    so every flag the user typed wins (even one set back to its default)."""
+    args = tyro.cli(Args, args=argv, description=__doc__)
+    if args.eval_checkpoint is not None:  # an --env-id typed beside it must be the saved one
+        saved_env = load_checkpoint(args.eval_checkpoint)["env_id"]
+        default = dataclasses.replace(args, env_id=saved_env)
+        args = tyro.cli(Args, args=argv, default=default, description=__doc__)
+        if args.env_id != saved_env:
+            fail(f"{args.eval_checkpoint} holds a policy for {saved_env}, not for {args.env_id}")
+    if args.resume is None:
+        return args
+    default = saved_args(load_checkpoint(args.resume))
+    return tyro.cli(Args, args=argv, default=default, description=__doc__)
+
+
+@torch.no_grad()
+def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, video_path=None):
+    """Returns of `episodes` episodes with the deterministic (mean) action, one per sub-env, in
+    parallel; with video_path, the first one is also recorded as an MP4."""
+    device = agent.actor_logstd.device
+    envs = make_envs(env_id, episodes, seed, **(render_kwargs(env_id) if video_path else {}))
+    obs, _ = envs.reset(seed=seed)
+    frames = [envs.envs[0].render()] if video_path else []
+    returns, finished = np.zeros(episodes), np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        mean = agent.actor_mean(agent.normalize(to_tensor(obs, device)))
+        action = scale_action(mean.cpu().numpy(), envs.single_action_space)
+        obs, reward, terminated, truncated, _ = envs.step(action)
+        done = terminated | truncated
+        if video_path and not (finished[0] or done[0]):  # once done, env 0 shows the next episode
+            frames.append(envs.envs[0].render())
+        returns += reward * ~finished
+        finished |= done
+    if video_path:
+        import imageio
+
+        print(f"recording evaluation video -> {video_path}", flush=True)
+        os.makedirs(os.path.dirname(video_path), exist_ok=True)
+        imageio.mimsave(video_path, frames, fps=envs.envs[0].metadata.get("render_fps", 30))
+        print(f"wrote {video_path}", flush=True)
+    envs.close()
+    return returns.tolist()
+
+
+def evaluate_checkpoint(args: Args, gl_error: str | None) -> dict[str, float]:
+    """--eval-checkpoint: the saved policy's deterministic return; with --capture-video, filmed."""
+    ckpt = load_checkpoint(args.eval_checkpoint)
+    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
+    agent.load_state_dict(ckpt["agent"])
+    seed = args.seed + EVAL_SEED_OFFSET
+    video = None
+    if args.capture_video:
+        videos = video_dir(args, run_dir_of(args.eval_checkpoint), gl_error)
+        video = videos and f"{videos}/eval_checkpoint_step{ckpt['global_step']}.mp4"
+    returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, seed, video)
+    print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± "
+          f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
+    return {"eval/episodic_return": float(np.mean(returns))}
+
+
+def import_mujoco(video: bool) -> str | None:
+    """Import MuJoCo, which loads the MUJOCO_GL renderer. If that fails (MUJOCO_GL=osmesa without
+    libosmesa6), import it without rendering so training still runs, and return why."""
+    if video and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen
+    error = None
+    try:
+        import mujoco
+    except ModuleNotFoundError:  # no MuJoCo: other gymnasium envs still work
+        return None
+    except Exception as e:  # noqa: BLE001 - whatever the GL library raised
+        error = f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(e).__name__}: {e}".splitlines()[0]
+        os.environ["MUJOCO_GL"] = "disable"
+        import mujoco
+    mujoco.set_mju_user_warning(mujoco_warning)
+    return error
+
+
+def mujoco_warning(message: str):
+    """MuJoCo's warnings, less the one gymnasium's HalfCheetah XML gives for every env."""
+    if "settotalmass" not in message:
+        print(f"MuJoCo warning: {message}", file=sys.stderr)
 
 
 def render_kwargs(env_id: str) -> dict:
@@ -730,7 +1028,8 @@ def rendering_error(env_id: str) -> str | None:
     """Render one frame offscreen; return why that failed, or None if it works."""
     error = None
     # A renderer that fails half-built fails again in its __del__, which Python would print.
-    previous_hook, sys.unraisablehook = sys.unraisablehook, ignore_unraisable
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None
     try:
         import imageio_ffmpeg  # noqa: F401 - the MP4 writer, checked now rather than at the end
 
@@ -758,214 +1057,13 @@ def video_dir(args: Args, run_dir: str, gl_error: str | None) -> str | None:
     return None
 
 
-def ignore_unraisable(unraisable):
-    pass
-
-
-@torch.no_grad()
-def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, device, video_path=None):
-    """Returns of `episodes` episodes with the deterministic (mean) action, one per sub-env, in
-    parallel; with video_path, the first one is also recorded as an MP4."""
-    envs = make_envs(env_id, episodes, seed, **(render_kwargs(env_id) if video_path else {}))
-    obs, _ = envs.reset(seed=seed)
-    frames = [envs.envs[0].render()] if video_path else []
-    returns, finished = np.zeros(episodes), np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-        mean = agent.actor_mean(agent.normalize(obs))
-        action = scale_action(mean.cpu().numpy(), envs.single_action_space)
-        obs, reward, terminated, truncated, _ = envs.step(action)
-        done = terminated | truncated
-        if video_path and not (finished[0] or done[0]):  # once done, env 0 shows the next episode
-            frames.append(envs.envs[0].render())
-        returns += reward * ~finished
-        finished |= done
-    if video_path:
-        import imageio
-
-        os.makedirs(os.path.dirname(video_path), exist_ok=True)
-        imageio.mimsave(video_path, frames, fps=envs.envs[0].metadata.get("render_fps", 30))
-    envs.close()
-    return returns.tolist()
-
-
-def evaluate_checkpoint(args: Args) -> dict[str, float]:
-    ckpt = load_checkpoint(args.eval_checkpoint)
-    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
-    agent.load_state_dict(ckpt["agent"])
-    seed = args.seed + EVAL_SEED_OFFSET
-    returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, seed, torch.device("cpu"))
-    print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± "
-          f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
-    return {"eval/episodic_return": float(np.mean(returns))}
-
-
-# Training -----------------------------------------------------------------------------------------
-def check_args(args: Args, global_step: int) -> tuple[int, int]:
-    """One clear line for bad input. Returns the first and last iteration: whole batches only,
-    never past --total-timesteps; a resume goes on from the saved step."""
-    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
-    positive += ["eval_episodes", "threads", "learning_rate", "critic_learning_rate", "desired_kl"]
-    for name in positive:
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches:
-        fail(
-            f"batch size {batch_size} is not divisible by --num-minibatches {args.num_minibatches}"
-        )
-    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
-        fail("--gamma and --gae-lambda must lie in [0, 1]")
-    if args.cuda and not torch.cuda.is_available():
-        fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
-    batch_size *= dist.get_world_size() if dist.is_initialized() else 1  # of all ranks
-    first_iteration = global_step // batch_size + 1
-    last_iteration = first_iteration - 1 + (args.total_timesteps - global_step) // batch_size
-    if last_iteration < first_iteration:
-        fail(f"no whole batch of {batch_size} steps (ranks x envs x steps) fits between step "
-             f"{global_step} and --total-timesteps {args.total_timesteps}")  # fmt: skip
-    end_step = global_step + (last_iteration - first_iteration + 1) * batch_size
-    if end_step != args.total_timesteps:
-        print(f"note: training to step {end_step}: --total-timesteps {args.total_timesteps} is "
-              f"not reached in whole batches of {batch_size}")  # fmt: skip
-    return first_iteration, last_iteration
-
-
-def saved_args(ckpt: dict) -> Args:
-    """The settings a checkpoint was trained with (fields this version lacks are dropped)."""
-    names = [field.name for field in dataclasses.fields(Args)]
-    return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
-
-
-def parse_args(argv: list[str] | None = None) -> Args:
-    """The command line. With --resume it is parsed again with the saved settings as defaults,
-    so every flag the user typed wins (even one set back to its default)."""
-    args = tyro.cli(Args, args=argv)
-    if args.resume is None:
-        return args
-    return tyro.cli(Args, args=argv, default=saved_args(load_checkpoint(args.resume)))
-
-
-def train(args: Args) -> dict[str, float]:
-    """Train with exactly these settings; with args.resume, go on with that checkpoint's run."""
-    gl_error = import_mujoco(args.capture_video)
-    if args.eval_checkpoint is not None:
-        return evaluate_checkpoint(args)
-    ckpt = load_checkpoint(args.resume) if args.resume is not None else None
-    global_step = 0 if ckpt is None else ckpt["global_step"]
-    rank, world_size = init_distributed(args)
-    first_iteration, num_iterations = check_args(args, global_step)
-    batch_size = world_size * args.num_envs * args.num_steps  # the global batch
-    end_step = global_step + (num_iterations - first_iteration + 1) * batch_size
-    torch.manual_seed(args.seed + rank)  # each rank its own noise; DDP copies rank 0's weights
-    torch.set_num_threads(args.threads)
-    torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if args.cuda else "cpu")
-    envs = make_envs(args.env_id, args.num_envs, args.seed)
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
-    agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args).to(device)
-    optimizers = make_optimizers(agent, args)
-    reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
-    progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
-    run_dir = f"{args.log_dir}/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if ckpt is not None:
-        progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
-        run_dir = os.path.dirname(os.path.abspath(args.resume))
-    # The update's passes go through DDP; the rest uses agent. The normalizers merge themselves.
-    ddp_agent = DDP(agent, broadcast_buffers=False) if dist.is_initialized() else agent
-    writer = make_writer(run_dir, args) if rank == 0 else None
-    loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    videos = video_dir(args, run_dir, gl_error) if args.capture_video and rank == 0 else None
-    saved_step = None if ckpt is None else global_step  # the step checkpoint.pt holds
-    carry = start_episodes(envs, global_step, args, device)
-    episodes = []  # (return, length) of every finished episode
-    start_time, start_step = time.time(), global_step
-    eval_seed = args.seed + EVAL_SEED_OFFSET
-    print(f"{args.env_id}: iterations {first_iteration}-{num_iterations} of {batch_size} steps "
-          f"({world_size} ranks x {args.num_envs} envs x {args.num_steps}; "
-          f"{batch_size // world_size} per rank); logging to {run_dir}")  # fmt: skip
-    ctrl_c = threading.Event()
-    previous_sigint = catch_ctrl_c(ctrl_c)
-    try:
-        for iteration in range(first_iteration, num_iterations + 1):
-            if args.anneal_lr and args.desired_kl is None:
-                progress["lr_scale"] = 1.0 - (iteration - 1.0) / num_iterations
-            set_learning_rate(optimizers, progress["lr_scale"])
-            rollout = collect_rollout(agent, envs, reward_rms, carry, episodes, writer, args)
-            global_step = carry["step"]
-            rollout["advantages"], rollout["returns"] = compute_gae(
-                rollout["rewards"], rollout["values"], rollout["next_values"],
-                rollout["terminated"], rollout["dones"], args.gamma, args.gae_lambda,
-            )  # fmt: skip
-            batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
-            metrics, progress["lr_scale"] = ppo_update(
-                ddp_agent, optimizers, loss_fn, batch, progress["lr_scale"], args
-            )
-            if args.norm_obs:  # the normalizer learns from the rollout after the update
-                agent.obs_rms.update(batch["obs"])
-
-            metrics["charts/SPS"] = int((global_step - start_step) / (time.time() - start_time))
-            metrics["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
-            log_iteration(
-                writer, metrics, episodes, global_step, iteration, num_iterations, end_step
-            )
-            if args.check_sync_every and iteration % args.check_sync_every == 0:
-                check_in_sync(agent, reward_rms)
-
-            progress["global_step"] = global_step
-            progress["iteration"] = iteration
-            state = (agent, optimizers, reward_rms, args, progress)
-            if rank == 0 and args.eval_every and iteration % args.eval_every == 0:
-                video = videos and f"{videos}/eval_step{global_step}.mp4"
-                returns = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device, video)
-                writer.add_scalar("eval/periodic_return", np.mean(returns), global_step)
-                if np.mean(returns) > progress["best_eval"]:
-                    progress["best_eval"] = float(np.mean(returns))
-                    save_checkpoint(os.path.join(run_dir, "best.pt"), *state)
-            stop = all_reduce_mean(torch.tensor(float(ctrl_c.is_set()))).item() > 0  # on all ranks
-            stop = stop and iteration < num_iterations
-            periodic = args.checkpoint_every > 0 and iteration % args.checkpoint_every == 0
-            if rank == 0 and (periodic or stop or iteration == num_iterations):
-                save_checkpoint(checkpoint_path, *state)
-                saved_step = global_step
-            if stop:
-                envs.close()
-                if rank > 0:  # rank 0 saved and reports
-                    raise SystemExit(130)
-                writer.close()
-                print(f"\ninterrupted at step {global_step}; "
-                      f"resume with --resume {checkpoint_path}", file=sys.stderr)  # fmt: skip
-                raise SystemExit(130)
-        check_in_sync(agent, reward_rms)
-        envs.close()
-        if rank > 0:  # rank 0 alone evaluates and reports
-            return metrics
-        video = videos and f"{videos}/eval_step{global_step}.mp4"
-        returns = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device, video)
-    except KeyboardInterrupt:  # a second Ctrl-C: the state may be half-updated, so none is saved
-        last = "none yet" if saved_step is None else f"{checkpoint_path} (step {saved_step})"
-        if rank == 0:
-            print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
-        raise SystemExit(130)
-    finally:
-        if previous_sigint is not None:
-            signal.signal(signal.SIGINT, previous_sigint)
-        del ddp_agent  # before destroy_process_group, also after an exception (README)
-
-    metrics["eval/episodic_return"] = float(np.mean(returns))
-    metrics["global_step"] = global_step
-    writer.add_scalar("eval/episodic_return", metrics["eval/episodic_return"], global_step)
-    writer.close()
-    print(f"deterministic eval over {args.eval_episodes} episodes: "
-          f"{metrics['eval/episodic_return']:.1f}; checkpoint: {checkpoint_path}")  # fmt: skip
-    return metrics
-
-
 if __name__ == "__main__":
     try:
         train(parse_args())
+    except BrokenPipeError:  # `| head`: the reader has gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1)
     finally:  # also after an error: the other ranks see this one leave instead of waiting for it
         if dist.is_initialized():
+            traceback.clear_frames(sys.exc_info()[2])  # an error's train() frame held its DDP
             dist.destroy_process_group()  # stops gloo's threads before Python shuts down (README)

@@ -23,9 +23,11 @@ Help:  python ppo_symaug.py --help
 import contextlib
 import dataclasses
 import gc
+import importlib.util
 import math
 import os
 import pickle
+import re
 import signal
 import sys
 import threading
@@ -43,6 +45,8 @@ from torch.utils.tensorboard import SummaryWriter
 SCRIPT_NAME = "ppo_symaug"  # saved in checkpoints: another script's checkpoint is refused
 EVAL_SEED_OFFSET = 10_000  # evaluation episodes use seeds the training envs never see
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+CHECKPOINT_KEYS = ["env_id", "obs_dim", "act_dim", "args", "agent", "optimizers", "reward_rms"]
+CHECKPOINT_KEYS += ["rng", "global_step", "iteration", "lr_scale", "best_eval"]
 
 
 @dataclass
@@ -65,7 +69,7 @@ class Args:
     clip_low: float | None = None  # epsilon_low of the range [1 - low, 1 + high]; None: clip-coef
     clip_high: float | None = None  # epsilon_high of the clip range; None: --clip-coef
     clip_vloss: bool = False  # clip the value loss around the old values (as CleanRL; hurts a bit)
-    ent_coef: float = 0.0  # entropy bonus coefficient
+    ent_coef: float = 0.0  # entropy bonus coefficient (0: none)
     vf_coef: float = 0.5  # value loss coefficient
     max_grad_norm: float = 0.5  # max gradient norm, applied to actor and critic separately
     target_kl: float | None = None  # stop the epochs of an update once approx_kl exceeds this
@@ -73,7 +77,7 @@ class Args:
     critic_layers: tuple[int, ...] = (64, 64)  # hidden layer sizes of the critic MLP
     init_logstd: float = -0.5  # initial log-std of the policy (std 0.61; Andrychowicz et al.: ~0.5)
     optimizer: Literal["adam", "muon"] = "adam"  # muon: on the hidden weight matrices, Adam on rest
-    weight_decay: float = 0.0  # of every parameter group (Adam: L2; Muon: decoupled)
+    weight_decay: float = 0.0  # of every parameter group (Adam: L2; Muon: decoupled; 0: none)
     compile: bool = False  # torch.compile the loss computation of the update
 
     # Extras (0: off)
@@ -99,9 +103,12 @@ class Args:
     resume: str | None = None  # continue this checkpoint's run (flags you type override its own)
     eval_checkpoint: str | None = None  # only evaluate the policy in this checkpoint, then exit
     eval_every: int = 0  # evaluate every N iterations and keep the best policy as best.pt (0: off)
-    eval_episodes: int = 10  # episodes of the deterministic final evaluation
+    eval_episodes: int = 10  # episodes of every evaluation (final, --eval-every, --eval-checkpoint)
     capture_video: bool = False  # each evaluation's first episode as MP4 under {video_dir}/<run>
     video_dir: str = "videos"  # where --capture-video writes its MP4s (software rendering is slow)
+    track: bool = False  # also log to Weights & Biases (pip install wandb)
+    wandb_project_name: str = "single-file-rl"  # the W&B project of --track
+    wandb_entity: str | None = None  # the W&B team or user of --track; None: your default
 
 
 # Environment --------------------------------------------------------------------------------------
@@ -111,6 +118,8 @@ def make_envs(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.Vec
     autoreset = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     try:
         envs = gym.make_vec(env_id, num_envs, "sync", vector_kwargs=autoreset, **kwargs)
+    except gym.error.DependencyNotInstalled as e:
+        fail(f"cannot make {env_id}: {e}")
     except gym.error.Error as e:
         fail(f"unknown env id {env_id!r} ({type(e).__name__}: {e})")
     if not isinstance(envs.single_action_space, gym.spaces.Box):
@@ -528,11 +537,12 @@ def set_learning_rate(optimizers, scale: float):
 # Training -----------------------------------------------------------------------------------------
 def train(args: Args) -> dict[str, float]:
     """Train with exactly these settings; with args.resume, go on with that checkpoint's run."""
+    check_args(args)  # Harness: bad input in one line, before anything runs
     gl_error = import_mujoco(args.capture_video)  # Harness: before any env loads MuJoCo
     if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
-        return evaluate_checkpoint(args)
+        return evaluate_checkpoint(args, gl_error)
     ckpt = load_checkpoint(args.resume) if args.resume is not None else None
-    plan = check_args(args, ckpt)  # Harness: bad input in one line; whole batches only
+    plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
@@ -676,33 +686,73 @@ def fail(message: str):
     raise SystemExit(f"error: {message}")
 
 
-def check_args(args: Args, ckpt: dict | None) -> dict:
-    """One clear line for bad input. Returns the plan of the run: whole batches only, never past
-    --total-timesteps; a resume goes on from the saved step."""
+def check_args(args: Args):
+    """Bad input in one line, before anything runs: every number finite and in its range."""
     positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
     positive += ["eval_episodes", "threads", "learning_rate", "critic_learning_rate", "desired_kl"]
-    for name in positive:
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    positive += ["clip_coef", "clip_low", "clip_high", "max_grad_norm", "target_kl", "clip_obs"]
+    positive += ["clip_reward", "l2c2_noise"]
+    at_least_0 = ["seed", "ent_coef", "vf_coef", "weight_decay", "bounds_loss_coef", "l2c2_coef"]
+    at_least_0 += ["checkpoint_every", "eval_every"]
+    at_least_0 += ["mirror_loss_coef"]
+    for name in positive + at_least_0:
+        value = getattr(args, name)
+        if value is None:  # None: the flag's documented default applies
+            continue
+        if not math.isfinite(value) or value < 0 or (value == 0 and name in positive):
+            kind = "positive" if name in positive else ">= 0"
+            fail(f"--{name.replace('_', '-')} must be {kind}, got {value}")
+    for name in ("actor_layers", "critic_layers"):
+        if not all(size > 0 for size in getattr(args, name)):
+            fail(f"--{name.replace('_', '-')} must be positive sizes, got {getattr(args, name)}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
+        fail("--gamma and --gae-lambda must lie in [0, 1]")
+    if not math.isfinite(args.init_logstd):
+        fail(f"--init-logstd must be a finite number, got {args.init_logstd}")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
         fail(
             f"batch size {batch_size} is not divisible by --num-minibatches {args.num_minibatches}"
         )
-    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
-        fail("--gamma and --gae-lambda must lie in [0, 1]")
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail("minibatches of one sample: the advantages of one sample cannot be normalized")
     if args.cuda and not torch.cuda.is_available():
         fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
-    global_step = 0 if ckpt is None else ckpt["global_step"]
+    if args.track and importlib.util.find_spec("wandb") is None:
+        fail("--track needs wandb: pip install -r requirements-extras.txt")
+    check_writable(args.log_dir, "--log-dir")
+    if args.capture_video:
+        check_writable(args.video_dir, "--video-dir")
+
+
+def check_writable(path: str, flag: str):
+    """Found now, not after the training: the nearest existing folder of path is writable."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not (os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)):
+        fail(f"{flag} {path}: cannot write there ({existing} is not a writable folder)")
+
+
+def plan_run(args: Args, ckpt: dict | None) -> dict:
+    """The iterations to run: whole batches only, never past --total-timesteps; a resume goes on
+    from the saved step, with the flags that shape the networks as they were saved."""
+    global_step = 0
+    if ckpt is not None:
+        if ckpt["env_id"] != args.env_id:
+            fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
+        for name in ("actor_layers", "critic_layers", "optimizer"):
+            saved = ckpt["args"][name]
+            if getattr(args, name) != saved:
+                fail(f"--{name.replace('_', '-')} cannot change on resume (saved: {saved})")
+        global_step = ckpt["global_step"]
+    batch_size = args.num_envs * args.num_steps
     first_iteration = global_step // batch_size + 1
     last_iteration = first_iteration - 1 + (args.total_timesteps - global_step) // batch_size
     if last_iteration < first_iteration:
         fail(f"no whole batch of {batch_size} steps (num_envs x num_steps) fits between step "
              f"{global_step} and --total-timesteps {args.total_timesteps}")  # fmt: skip
     end_step = global_step + (last_iteration - first_iteration + 1) * batch_size
-    if end_step != args.total_timesteps:
-        print(f"note: training to step {end_step}: --total-timesteps {args.total_timesteps} is "
-              f"not reached in whole batches of {batch_size}")  # fmt: skip
     return {"first_iteration": first_iteration, "last_iteration": last_iteration,
             "batch_size": batch_size, "start_step": global_step, "end_step": end_step}  # fmt: skip
 
@@ -712,20 +762,36 @@ def start_run(args: Args, plan: dict, gl_error: str | None) -> dict:
     the clock of its speed; prints the start line."""
     run_dir = f"{args.log_dir}/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     if args.resume is not None:
-        run_dir = os.path.dirname(os.path.abspath(args.resume))
+        run_dir = run_dir_of(args.resume)
     run = {**plan, "dir": run_dir, "checkpoint": os.path.join(run_dir, "checkpoint.pt")}
     run["writer"] = make_writer(run_dir, args)
     run["videos"] = video_dir(args, run_dir, gl_error) if args.capture_video else None
     run["start_time"] = time.time()
+    if plan["end_step"] != args.total_timesteps and args.total_timesteps != Args.total_timesteps:
+        print(
+            f"note: training to step {plan['end_step']}: --total-timesteps "
+            f"{args.total_timesteps} is not reached in whole batches of {plan['batch_size']}"
+        )
     print(f"{args.env_id}: iterations {plan['first_iteration']}-{plan['last_iteration']} of "
-          f"{plan['batch_size']} steps ({args.num_envs} envs x {args.num_steps}); "
-          f"logging to {run_dir}")  # fmt: skip
+          f"{plan['batch_size']} steps ({args.num_envs} envs x {args.num_steps}) to step "
+          f"{plan['end_step']}; logging to {run_dir}")  # fmt: skip
     return run
+
+
+def run_dir_of(checkpoint_path: str) -> str:
+    return os.path.dirname(os.path.abspath(checkpoint_path))
 
 
 def make_writer(run_dir: str, args: Args) -> SummaryWriter:
     """TensorBoard writer of the run, with the settings as a table in its TEXT tab."""
     os.makedirs(run_dir, exist_ok=True)
+    if args.track:  # Extra: W&B mirrors every TensorBoard tag; a resumed run goes on in its run
+        import wandb
+
+        run_id = re.sub(r"[^A-Za-z0-9_-]", "-", os.path.basename(run_dir))[-64:]
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, id=run_id,
+                   name=os.path.basename(run_dir), config=vars(args), sync_tensorboard=True,
+                   resume="allow", dir=run_dir)  # fmt: skip
     writer = SummaryWriter(run_dir)
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -779,8 +845,8 @@ def finish_run(run: dict, state: tuple, metrics: dict, stopped: bool) -> dict:
     agent, _, _, args, progress = state
     step = progress["global_step"]
     if stopped:
-        run["writer"].close()
-        print(f"\ninterrupted at step {step}; resume with --resume {run['checkpoint']}",
+        close_writer(run["writer"], args)
+        print(f"\ninterrupted at step {step}; resume with: {resume_command(run['checkpoint'])}",
               file=sys.stderr)  # fmt: skip
         raise SystemExit(130)
     video = run["videos"] and f"{run['videos']}/eval_step{step}.mp4"
@@ -788,10 +854,26 @@ def finish_run(run: dict, state: tuple, metrics: dict, stopped: bool) -> dict:
     returns = evaluate(agent, args.env_id, args.eval_episodes, seed, video)
     metrics = {**metrics, "eval/episodic_return": float(np.mean(returns)), "global_step": step}
     run["writer"].add_scalar("eval/episodic_return", metrics["eval/episodic_return"], step)
-    run["writer"].close()
+    if args.track and video and os.path.exists(video):  # Extra: the final video to W&B too
+        import wandb
+
+        wandb.log({"eval/video": wandb.Video(video, format="mp4")})
+    close_writer(run["writer"], args)
     print(f"deterministic eval over {args.eval_episodes} episodes: "
           f"{metrics['eval/episodic_return']:.1f}; checkpoint: {run['checkpoint']}")  # fmt: skip
     return metrics
+
+
+def close_writer(writer: SummaryWriter, args: Args):
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
+
+
+def resume_command(checkpoint_path: str) -> str:
+    return f"python {SCRIPT_NAME}.py --resume {os.path.normpath(checkpoint_path)}"
 
 
 @contextlib.contextmanager
@@ -844,34 +926,51 @@ def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progre
 
 def load_checkpoint(path: str) -> dict:
     """weights_only=True unpickles only tensors and plain values: a crafted file cannot run code."""
-    if not os.path.isfile(path):
+    if os.path.isdir(path):
+        fail(f"checkpoint {path} is a directory, not a file")
+    if not os.path.exists(path):
         fail(f"checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        fail(f"refusing {path}: it holds objects other than tensors and plain values")
-    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-        fail(f"cannot read checkpoint {path}: {e}".splitlines()[0])
+    except pickle.UnpicklingError as e:
+        if "GLOBAL" in str(e):  # a class or function to import: what a crafted file needs
+            fail(f"refusing {path}: it holds objects other than tensors and plain values")
+        fail(f"{path} is not a torch checkpoint (empty, corrupt or truncated)")
+    except OSError as e:
+        fail(f"cannot read checkpoint {path}: {e.strerror}")
+    except Exception:  # noqa: BLE001 - torch raises many kinds for a file that is not its own
+        fail(f"{path} is not a torch checkpoint (empty, corrupt or truncated)")
     script = ckpt.get("script") if isinstance(ckpt, dict) else None
     if script != SCRIPT_NAME:
         fail(f"{path} was not written by {SCRIPT_NAME}.py (script: {script})")
+    missing = [key for key in CHECKPOINT_KEYS if key not in ckpt]
+    if missing:
+        fail(f"{path} is not a complete checkpoint (missing: {', '.join(missing)})")
     return ckpt
 
 
 def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
     """Load the saved state into the new objects; return the run's progress."""
-    shapes = (agent.obs_rms.mean.shape[0], agent.actor_logstd.shape[0])
-    if (ckpt["obs_dim"], ckpt["act_dim"]) != shapes:
-        fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
     agent.load_state_dict(ckpt["agent"])
     for opt, state in zip(optimizers, ckpt["optimizers"]):
+        # load_state_dict brings back the saved groups' settings (initial_lr, weight_decay):
+        # those of the flags given now win.
+        settings = [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
         opt.load_state_dict(state)
+        for group, setting in zip(opt.param_groups, settings):
+            group.update(setting)
     reward_rms.load_state_dict(ckpt["reward_rms"])
     torch.set_rng_state(ckpt["rng"]["torch"])
+    ignored = ("resume", "log_dir")  # the run goes on in the checkpoint's directory
     changed = [f"{k}={v}" for k, v in vars(args).items() if ckpt["args"].get(k) != v]
-    changed = ", ".join(text for text in changed if not text.startswith("resume=")) or "none"
+    changed = ", ".join(text for text in changed if text.split("=")[0] not in ignored) or "none"
     print(f"resuming {args.resume} at step {ckpt['global_step']}; changed: {changed}")
-    return {key: ckpt[key] for key in ("global_step", "iteration", "lr_scale", "best_eval")}
+    if args.log_dir != ckpt["args"]["log_dir"]:
+        print(f"note: --log-dir is ignored on resume: the run goes on in {run_dir_of(args.resume)}")
+    progress = {key: ckpt[key] for key in ("global_step", "iteration", "lr_scale", "best_eval")}
+    if not args.anneal_lr and args.desired_kl is None:  # a constant rate: the one typed now
+        progress["lr_scale"] = 1.0
+    return progress
 
 
 def saved_args(ckpt: dict) -> Args:
@@ -883,10 +982,17 @@ def saved_args(ckpt: dict) -> Args:
 def parse_args(argv: list[str] | None = None) -> Args:
     """The command line. With --resume it is parsed again with the saved settings as defaults,
     so every flag the user typed wins (even one set back to its default)."""
-    args = tyro.cli(Args, args=argv)
+    args = tyro.cli(Args, args=argv, description=__doc__)
+    if args.eval_checkpoint is not None:  # an --env-id typed beside it must be the saved one
+        saved_env = load_checkpoint(args.eval_checkpoint)["env_id"]
+        default = dataclasses.replace(args, env_id=saved_env)
+        args = tyro.cli(Args, args=argv, default=default, description=__doc__)
+        if args.env_id != saved_env:
+            fail(f"{args.eval_checkpoint} holds a policy for {saved_env}, not for {args.env_id}")
     if args.resume is None:
         return args
-    return tyro.cli(Args, args=argv, default=saved_args(load_checkpoint(args.resume)))
+    default = saved_args(load_checkpoint(args.resume))
+    return tyro.cli(Args, args=argv, default=default, description=__doc__)
 
 
 @torch.no_grad()
@@ -910,18 +1016,25 @@ def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, video_path=Non
     if video_path:
         import imageio
 
+        print(f"recording evaluation video -> {video_path}", flush=True)
         os.makedirs(os.path.dirname(video_path), exist_ok=True)
         imageio.mimsave(video_path, frames, fps=envs.envs[0].metadata.get("render_fps", 30))
+        print(f"wrote {video_path}", flush=True)
     envs.close()
     return returns.tolist()
 
 
-def evaluate_checkpoint(args: Args) -> dict[str, float]:
+def evaluate_checkpoint(args: Args, gl_error: str | None) -> dict[str, float]:
+    """--eval-checkpoint: the saved policy's deterministic return; with --capture-video, filmed."""
     ckpt = load_checkpoint(args.eval_checkpoint)
     agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
     agent.load_state_dict(ckpt["agent"])
     seed = args.seed + EVAL_SEED_OFFSET
-    returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, seed)
+    video = None
+    if args.capture_video:
+        videos = video_dir(args, run_dir_of(args.eval_checkpoint), gl_error)
+        video = videos and f"{videos}/eval_checkpoint_step{ckpt['global_step']}.mp4"
+    returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, seed, video)
     print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± "
           f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
     return {"eval/episodic_return": float(np.mean(returns))}
@@ -991,4 +1104,8 @@ def video_dir(args: Args, run_dir: str, gl_error: str | None) -> str | None:
 
 
 if __name__ == "__main__":
-    train(parse_args())
+    try:
+        train(parse_args())
+    except BrokenPipeError:  # `| head`: the reader has gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1)

@@ -465,7 +465,7 @@ def test_ctrl_c_saves_a_checkpoint_and_stops_every_actor(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
-    assert "resume with --resume" in err and "Traceback" not in err
+    assert "resume with: python appo_vtrace.py --resume " in err and "Traceback" not in err
     assert_all_gone(pids)
     ckpt = appo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
     assert ckpt["global_step"] >= 256 and ckpt["global_step"] % 256 == 0
@@ -482,10 +482,10 @@ def test_ctrl_c_saves_a_checkpoint_and_stops_every_actor(tmp_path):
         (dict(num_minibatches=3), "not divisible"),
         (dict(num_actors=0), "--num-actors must be positive"),
         (dict(num_rollouts=-1), "--num-rollouts must be positive"),
-        (dict(lr_decrease_factor=1.0), "--lr-decrease-factor must be > 1"),
-        (dict(lr_increase_factor=0.5), "--lr-increase-factor must be > 1"),
+        (dict(lr_decrease_factor=1.0), "--lr-decrease-factor and --lr-increase-factor must be > 1"),
+        (dict(lr_increase_factor=0.5), "--lr-decrease-factor and --lr-increase-factor must be > 1"),
         (dict(tau=0.0), "--tau must lie in"),
-        (dict(clip_rho=0.0), "--clip-rho and --clip-c must be positive"),
+        (dict(clip_rho=0.0), "--clip-rho must be positive"),
         (dict(resume="/no/such/checkpoint.pt"), "checkpoint not found"),
         (dict(eval_checkpoint="/no/such/checkpoint.pt"), "checkpoint not found"),
     ],

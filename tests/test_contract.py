@@ -1,0 +1,234 @@
+"""The contract off the main path, in every script: bad input is one line and exit code 1 before
+any env is built, checkpoints that are not ours say what is wrong, and resume honours the flags
+typed now (learning rates included) or refuses the ones that cannot change."""
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_checkpoints_and_cli import only_checkpoint, small_args
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
+EXTRA_BAD_INPUT = {  # flags only a variant has
+    "ppo_symaug": [(dict(mirror_loss_coef=-1.0), "--mirror-loss-coef must be >= 0")],
+    "ppo_ddp": [(dict(check_sync_every=-1), "--check-sync-every must be >= 0")],
+    "appo_vtrace": [(dict(tau=0.0), "--tau must lie in"), (dict(num_actors=0), "--num-actors")],
+}
+
+
+@pytest.fixture(scope="module", params=SCRIPTS)
+def script(request):
+    return importlib.import_module(request.param)
+
+
+@pytest.fixture(scope="module")
+def saved_run(script, tmp_path_factory):
+    """Two iterations on Walker2d (17 obs, 6 actions: the shapes of HalfCheetah too)."""
+    log_dir = tmp_path_factory.mktemp("saved")
+    script.train(small_args(script, log_dir))
+    return only_checkpoint(log_dir)
+
+
+def bad_inputs(script, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    cases = [
+        (dict(max_grad_norm=-1.0), "--max-grad-norm must be positive, got -1.0"),
+        (dict(clip_obs=-1.0), "--clip-obs must be positive"),
+        (dict(clip_coef=-0.2), "--clip-coef must be positive"),
+        (dict(clip_coef=0.0), "--clip-coef must be positive"),
+        (dict(learning_rate=float("nan")), "--learning-rate must be positive, got nan"),
+        (dict(eval_every=-1), "--eval-every must be >= 0"),
+        (dict(checkpoint_every=-5), "--checkpoint-every must be >= 0"),
+        (dict(seed=-1), "--seed must be >= 0"),
+        (dict(actor_layers=(0,)), "--actor-layers must be positive sizes"),
+        (dict(critic_layers=(-4,)), "--critic-layers must be positive sizes"),
+        (dict(gamma=1.5), "--gamma"),
+        (dict(num_minibatches=128), "minibatches of one sample"),
+        (dict(eval_episodes=0), "--eval-episodes must be positive"),
+        (dict(log_dir=str(a_file / "runs")), "--log-dir .*: cannot write there"),
+        (dict(capture_video=True, video_dir=str(a_file / "v")), "--video-dir .*: cannot write"),
+        (dict(env_id="BipedalWalker-v3"), "cannot make BipedalWalker-v3: Box2D is not installed"),
+    ]
+    if not hasattr(script.Args(), "gae_lambda"):  # appo_vtrace: V-trace, no GAE
+        cases[10] = (dict(gamma=1.5), "--gamma must lie in")
+    return cases + EXTRA_BAD_INPUT.get(script.__name__, [])
+
+
+def no_env(*args, **kwargs):
+    raise AssertionError("an env was made before the bad input was found")
+
+
+def test_bad_input_is_one_line_before_any_env_is_built(script, tmp_path, monkeypatch):
+    monkeypatch.setattr(script.gym, "make_vec", no_env)
+    for overrides, message in bad_inputs(script, tmp_path):
+        if "BipedalWalker" in str(overrides):
+            continue  # found when the env is made: below
+        args = dataclasses.replace(small_args(script, tmp_path), **overrides)
+        with pytest.raises(SystemExit, match=f"^error: {message}"):
+            script.train(args)
+    monkeypatch.undo()
+    if importlib.util.find_spec("Box2D") is None:
+        with pytest.raises(SystemExit, match="cannot make BipedalWalker-v3: Box2D is not inst"):
+            script.train(small_args(script, tmp_path, env_id="BipedalWalker-v3"))
+
+
+def test_eval_checkpoint_checks_its_flags_too(script, saved_run):
+    with pytest.raises(SystemExit, match="--eval-episodes must be positive, got 0"):
+        script.train(script.Args(eval_checkpoint=saved_run, eval_episodes=0))
+
+
+def test_track_without_wandb_names_the_pip_command(script, tmp_path, monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "wandb" else find_spec(name),
+    )
+    with pytest.raises(SystemExit, match="--track needs wandb: pip install -r requirements-extras"):
+        script.train(small_args(script, tmp_path, track=True))
+
+
+def test_files_that_are_not_checkpoints_say_what_is_wrong(script, saved_run, tmp_path):
+    payload = open(saved_run, "rb").read()
+    (tmp_path / "random.pt").write_bytes(os.urandom(2000))
+    (tmp_path / "empty.pt").write_bytes(b"")
+    (tmp_path / "truncated.pt").write_bytes(payload[: len(payload) // 2])
+    incomplete = torch.load(saved_run, weights_only=True)
+    del incomplete["reward_rms"]
+    torch.save(incomplete, tmp_path / "incomplete.pt")
+    for name, message in [
+        ("random.pt", "is not a torch checkpoint \\(empty, corrupt or truncated\\)"),
+        ("empty.pt", "is not a torch checkpoint"),
+        ("truncated.pt", "is not a torch checkpoint"),
+        ("incomplete.pt", "is not a complete checkpoint \\(missing: reward_rms\\)"),
+        ("", "is a directory, not a file"),
+    ]:
+        path = str(tmp_path / name)
+        with pytest.raises(SystemExit, match=message):
+            script.train(script.Args(eval_checkpoint=path))
+        with pytest.raises(SystemExit, match=message):
+            script.parse_args(["--resume", path])
+
+
+def test_a_checkpoint_of_another_env_with_the_same_shapes_is_refused(script, saved_run):
+    with pytest.raises(SystemExit, match="holds a policy for Walker2d-v5, not for HalfCheetah"):
+        script.train(script.parse_args(["--resume", saved_run, "--env-id", "HalfCheetah-v5"]))
+    with pytest.raises(SystemExit, match="holds a policy for Walker2d-v5, not for HalfCheetah"):
+        script.parse_args(["--eval-checkpoint", saved_run, "--env-id", "HalfCheetah-v5"])
+    assert script.parse_args(["--eval-checkpoint", saved_run]).env_id == "Walker2d-v5"
+
+
+def test_flags_that_shape_the_networks_cannot_change_on_resume(script, saved_run):
+    for flags, message in [
+        (
+            ["--actor-layers", "32", "32"],
+            "--actor-layers cannot change on resume \\(saved: \\(64, ",
+        ),
+        (["--critic-layers", "8"], "--critic-layers cannot change on resume"),
+        (["--optimizer", "muon"], "--optimizer cannot change on resume \\(saved: adam\\)"),
+    ]:
+        if script.__name__ == "ppo_spo" and flags[0] == "--actor-layers":
+            message = message.replace("64, ", "256, ")
+        with pytest.raises(SystemExit, match=message):
+            script.train(script.parse_args(["--resume", saved_run, *flags]))
+
+
+def copy_of(saved_run, tmp_path):
+    (tmp_path / "run").mkdir()
+    path = tmp_path / "run" / "checkpoint.pt"
+    path.write_bytes(open(saved_run, "rb").read())
+    return str(path)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "muon"])
+def test_resume_takes_the_learning_rates_typed_now(script, tmp_path, optimizer):
+    """load_state_dict brings back the saved initial_lr of every group; the new flags must win:
+    actor and critic, Adam and Muon, with and without --desired-kl."""
+    script.train(small_args(script, tmp_path, optimizer=optimizer, actor_layers=(8, 8, 8)))
+    path = only_checkpoint(tmp_path)
+    typed = ["--resume", path, "--total-timesteps", "384", "--learning-rate", "0.001"]
+    typed += ["--critic-learning-rate", "0.002", "--no-anneal-lr"]
+    script.train(script.parse_args(typed))
+    events = EventAccumulator(os.path.dirname(path)).Reload()
+    assert events.Scalars("charts/learning_rate")[-1].value == pytest.approx(0.001)
+    ckpt = script.load_checkpoint(path)
+    assert len(ckpt["optimizers"]) == (2 if optimizer == "muon" else 1)
+    for opt in ckpt["optimizers"]:
+        initial = {group["name"]: group["initial_lr"] for group in opt["param_groups"]}
+        assert initial == {"actor": 0.001, "critic": 0.002}
+    script.train(script.parse_args([*typed, "--total-timesteps", "512", "--desired-kl", "0.01"]))
+    scale = script.load_checkpoint(path)["lr_scale"]
+    events = EventAccumulator(os.path.dirname(path)).Reload()
+    assert events.Scalars("charts/learning_rate")[-1].value == pytest.approx(0.001 * scale)
+
+
+def test_resume_says_that_log_dir_is_ignored(script, saved_run, tmp_path, capsys):
+    path = copy_of(saved_run, tmp_path)
+    typed = ["--resume", path, "--total-timesteps", "384", "--log-dir", str(tmp_path / "other")]
+    script.train(script.parse_args(typed))
+    out = capsys.readouterr().out
+    assert f"note: --log-dir is ignored on resume: the run goes on in {tmp_path / 'run'}" in out
+    assert "log_dir=" not in out.split("changed: ")[1].splitlines()[0]
+
+
+def test_eval_checkpoint_records_a_video(script, saved_run, tmp_path, capsys):
+    videos = tmp_path / "videos"
+    args = script.Args(eval_checkpoint=saved_run, eval_episodes=1)
+    args.capture_video, args.video_dir = True, str(videos)
+    script.train(args)
+    (video,) = videos.glob("*/eval_checkpoint_step256.mp4")
+    assert video.stat().st_size > 1000
+    out = capsys.readouterr().out
+    assert f"recording evaluation video -> {video}" in out and f"wrote {video}" in out
+
+
+def run_script(name, *flags, **kwargs):
+    return subprocess.run(
+        [sys.executable, f"{name}.py", *flags], cwd=ROOT, text=True, timeout=300, **kwargs
+    )
+
+
+def test_the_first_line_is_the_error_not_a_note(script):
+    result = run_script(
+        script.__name__,
+        "--env-id",
+        "NoSuchEnv-v0",
+        "--total-timesteps",
+        "3000",
+        capture_output=True,
+    )
+    assert result.returncode == 1 and "note:" not in result.stdout
+    assert result.stderr.startswith("error: unknown env id 'NoSuchEnv-v0'")
+
+
+def test_a_closed_pipe_ends_the_run_without_a_traceback(script, tmp_path):
+    flags = ["--env-id", "Walker2d-v5", "--num-envs", "2", "--num-steps", "64", "--log-dir"]
+    flags += [str(tmp_path), "--num-minibatches", "2", "--update-epochs", "1"]
+    if script.__name__ == "appo_vtrace":
+        flags += ["--num-actors", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, f"{script.__name__}.py", *flags],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.readline()  # what `| head -1` does: one line, then the pipe closes
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_help_describes_the_script(script):
+    result = run_script(script.__name__, "--help", capture_output=True, env={"COLUMNS": "200"})
+    assert result.returncode == 0
+    assert script.__doc__.splitlines()[0] in result.stdout
+    assert "every evaluation (final, --eval-every, --eval-checkpoint)" in result.stdout

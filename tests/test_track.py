@@ -1,0 +1,47 @@
+"""--track: Weights & Biases mirrors the TensorBoard tags (offline here: no network), and a resumed
+run continues the same W&B run."""
+
+import importlib
+
+import pytest
+from test_checkpoints_and_cli import only_checkpoint, small_args
+
+SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
+pytest.importorskip("wandb")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def wandb_runs(run_dir):
+    """The offline W&B runs in a run directory: {folder name: the bytes of its .wandb file}."""
+    runs = {}
+    for folder in sorted((run_dir / "wandb").glob("offline-run-*")):
+        (data,) = folder.glob("run-*.wandb")
+        runs[folder.name] = data.read_bytes()
+    return runs
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_track_writes_the_tensorboard_tags_to_an_offline_wandb_run(name, tmp_path):
+    script = importlib.import_module(name)
+    script.train(small_args(script, tmp_path, track=True))
+    (run_dir,) = tmp_path.glob("*")
+    (data,) = wandb_runs(run_dir).values()
+    for tag in (b"losses/policy_loss", b"charts/learning_rate", b"eval/episodic_return"):
+        assert tag in data, tag
+    assert run_dir.name.encode() in data  # the run's name: the run directory's
+
+
+def test_a_resumed_run_goes_on_in_the_same_wandb_run(tmp_path):
+    script = importlib.import_module("ppo_continuous")
+    script.train(small_args(script, tmp_path, track=True))
+    path = only_checkpoint(tmp_path)
+    script.train(script.parse_args(["--resume", path, "--total-timesteps", "384"]))
+    (run_dir,) = tmp_path.glob("*")
+    runs = wandb_runs(run_dir)
+    assert len(runs) == 2  # one per process, both with the run id derived from the directory
+    assert all(folder.endswith(f"-{run_dir.name}") for folder in runs), list(runs)
