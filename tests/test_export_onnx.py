@@ -1,0 +1,138 @@
+"""tools/export_onnx.py: the exported graph is the deterministic policy of every script's
+checkpoint, normalizer and action scaling included, and it deploys with onnxruntime alone."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import export_onnx  # noqa: E402
+
+SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
+ENV_ID = "Humanoid-v5"  # action bounds +-0.4: leaving out the scaling changes every action
+
+
+@pytest.fixture(scope="module", params=SCRIPTS)
+def trained(request, tmp_path_factory):
+    """A checkpoint of two iterations on Humanoid (the normalizer has left mean 0 and var 1),
+    with the actor's last layer scaled up so that its means leave [-1, 1] (the clip is active)."""
+    script = importlib.import_module(request.param)
+    log_dir = tmp_path_factory.mktemp(request.param)
+    fields = dict(env_id=ENV_ID, total_timesteps=256, num_envs=2, num_steps=64)
+    fields.update(num_minibatches=2, update_epochs=1, eval_episodes=1, log_dir=str(log_dir))
+    if request.param == "appo_vtrace":
+        fields.update(num_actors=1, num_rollouts=1)
+    script.train(script.Args(eval_every=1, **fields))
+    (run_dir,) = log_dir.glob("*")
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    last = [key for key in ckpt["agent"] if key.startswith("actor_mean.")][-2]  # its weight
+    ckpt["agent"][last] = ckpt["agent"][last] * 300.0
+    torch.save(ckpt, run_dir / "scaled.pt")
+    return script, run_dir
+
+
+def test_onnx_action_equals_the_scripts_deterministic_action(trained, tmp_path):
+    script, run_dir = trained
+    output = str(tmp_path / "policy.onnx")
+    export_onnx.main(export_onnx.Args(checkpoint=str(run_dir / "scaled.pt"), output=output))
+    ckpt = script.load_checkpoint(str(run_dir / "scaled.pt"))
+    agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt))
+    agent.load_state_dict(ckpt["agent"])
+    mean, var = agent.obs_rms.mean, agent.obs_rms.var
+    assert mean.abs().max() > 0.1 and (var - 1).abs().max() > 0.1  # a normalizer that matters
+    torch.manual_seed(0)
+    obs = (mean + var.sqrt() * 2 * torch.randn(7, len(mean))).float()  # batch 7: exported with 2
+    envs = script.make_envs(ENV_ID, 1, 0)
+    with torch.no_grad():
+        means = agent.actor_mean(agent.normalize(obs)).numpy()
+    expected = script.scale_action(means, envs.single_action_space)
+    envs.close()
+    assert (np.abs(means) > 1).mean() > 0.1 and (np.abs(means) < 1).mean() > 0.1
+    session = onnxruntime.InferenceSession(output, providers=["CPUExecutionProvider"])
+    (action,) = session.run(None, {"obs": obs.numpy()})
+    assert action.dtype == np.float32 and action.shape == (7, 17)
+    np.testing.assert_allclose(action, expected, atol=1e-5, rtol=0)
+    assert np.abs(action).max() <= 0.4 + 1e-6
+
+
+def test_onnx_file_holds_the_metadata(trained, tmp_path):
+    script, run_dir = trained
+    output = str(tmp_path / "policy.onnx")
+    export_onnx.main(export_onnx.Args(checkpoint=str(run_dir / "checkpoint.pt"), output=output))
+    props = {p.key: json.loads(p.value) for p in onnx.load(output).metadata_props}
+    assert props["script"] == script.__name__ and props["env_id"] == ENV_ID
+    assert (props["obs_dim"], props["act_dim"], props["global_step"]) == (348, 17, 256)
+    assert props["action_low"] == pytest.approx([-0.4] * 17)
+    assert props["action_high"] == pytest.approx([0.4] * 17)
+    inputs, outputs = onnx.load(output).graph.input, onnx.load(output).graph.output
+    assert [i.name for i in inputs] == ["obs"] and [o.name for o in outputs] == ["action"]
+
+
+def test_check_returns_what_eval_checkpoint_returns(trained, tmp_path):
+    script, run_dir = trained
+    path = str(run_dir / "best.pt")
+    output = str(tmp_path / "best.onnx")
+    export_onnx.main(export_onnx.Args(checkpoint=path, output=output))
+    module = importlib.import_module(script.__name__)
+    returns = export_onnx.check(module, output, ENV_ID, 3, 1)
+    expected = script.train(script.Args(eval_checkpoint=path, eval_episodes=3, seed=1))
+    assert np.mean(returns) == pytest.approx(expected["eval/episodic_return"], rel=1e-6)
+
+
+def run_tool(*flags):
+    return subprocess.run(
+        [sys.executable, "tools/export_onnx.py", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_command_line_writes_policy_onnx_beside_the_checkpoint_and_checks_it(tmp_path):
+    script = importlib.import_module("ppo_continuous")
+    fields = dict(env_id="Hopper-v5", total_timesteps=256, num_envs=2, num_steps=128)
+    script.train(script.Args(eval_episodes=2, log_dir=str(tmp_path), **fields))
+    (path,) = tmp_path.glob("*/checkpoint.pt")
+    result = run_tool(str(path), "--check", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (path.parent / "policy.onnx").exists()
+    printed = float(result.stdout.split("onnxruntime deterministic return ")[1].split()[0])
+    expected = script.train(script.Args(eval_checkpoint=str(path), eval_episodes=2))
+    assert printed == pytest.approx(expected["eval/episodic_return"], abs=0.051)
+
+
+class RunsCode:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_bad_checkpoints_are_one_line(tmp_path):
+    marker = tmp_path / "marker"
+    crafted = tmp_path / "crafted.pt"
+    torch.save({"script": "ppo_continuous", "payload": RunsCode(str(marker))}, crafted)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"script": "someone_elses"}, foreign)
+    for path, message in (
+        (crafted, "error: refusing .*crafted.pt: it holds objects other"),
+        (tmp_path / "missing.pt", "error: checkpoint not found"),
+        (foreign, "error: .*foreign.pt was not written by one of ppo_continuous"),
+    ):
+        with pytest.raises(SystemExit, match=message):
+            export_onnx.main(export_onnx.Args(checkpoint=str(path)))
+    assert not marker.exists()
+    result = run_tool(str(tmp_path / "missing.pt"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"error: checkpoint not found: {tmp_path / 'missing.pt'}"

@@ -1,0 +1,151 @@
+"""Export the policy of a checkpoint of any of this project's scripts to ONNX, for deployment.
+
+The graph is the deterministic policy, what evaluation sends to the env: normalize the observation
+with the saved statistics, clip it as in training, the actor's mean, clip to [-1, 1], scale to the
+env's action bounds. It has no critic and no exploration noise. Input "obs", float32 [batch,
+obs_dim]; output "action", float32 [batch, act_dim]; the batch size is dynamic.
+
+    python tools/export_onnx.py runs/<run>/checkpoint.pt                # -> runs/<run>/policy.onnx
+    python tools/export_onnx.py runs/<run>/best.pt --output best.onnx --check 10
+
+--check N runs N deterministic episodes with onnxruntime alone (no torch in that loop), on the
+seeds of the script's --eval-checkpoint, and prints the mean return.
+"""
+
+import importlib
+import importlib.util
+import json
+import os
+import pickle
+import sys
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
+
+
+@dataclass
+class Args:
+    checkpoint: tyro.conf.Positional[str]  # checkpoint.pt or best.pt of a run
+    output: str | None = None  # the ONNX file to write; None: policy.onnx beside the checkpoint
+    check: int = 0  # run this many deterministic episodes in onnxruntime, print the mean return
+    seed: int = 1  # with --check: the --seed of the script's --eval-checkpoint to compare with
+
+
+def fail(message: str):
+    raise SystemExit(f"error: {message}")
+
+
+class DeployedPolicy(nn.Module):
+    """The agent's deterministic action, scaled to the env's bounds (as the scripts' evaluate)."""
+
+    def __init__(self, agent: nn.Module, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.agent = agent
+        self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32))
+        self.register_buffer("span", torch.as_tensor(high - low, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        mean = self.agent.actor_mean(self.agent.normalize(obs))
+        action = mean.clamp(-1.0, 1.0)
+        return self.low + (action + 1.0) * 0.5 * self.span
+
+
+def script_of(path: str) -> str:
+    """The name of the script that wrote the checkpoint, read with weights_only=True."""
+    if not os.path.exists(path):
+        fail(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        fail(f"refusing {path}: it holds objects other than tensors and plain values")
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
+        fail(f"cannot read checkpoint {path}: {e}".splitlines()[0])
+    script = ckpt.get("script") if isinstance(ckpt, dict) else None
+    if script not in SCRIPTS:
+        fail(f"{path} was not written by one of {', '.join(SCRIPTS)} (script: {script})")
+    return script
+
+
+def load_policy(path: str):
+    """(the script's module, its checkpoint, the DeployedPolicy); the script's own safe loader."""
+    sys.path.insert(0, ROOT)
+    module = importlib.import_module(script_of(path))
+    ckpt = module.load_checkpoint(path)
+    agent = module.Agent(ckpt["obs_dim"], ckpt["act_dim"], module.saved_args(ckpt))
+    agent.load_state_dict(ckpt["agent"])
+    envs = module.make_envs(ckpt["env_id"], 1, 0)
+    space = envs.single_action_space
+    envs.close()
+    return module, ckpt, DeployedPolicy(agent, space.low, space.high).eval()
+
+
+def export(policy: DeployedPolicy, ckpt: dict, output: str):
+    import onnx
+
+    obs = torch.zeros(2, ckpt["obs_dim"])
+    with warnings.catch_warnings():  # torch's notes on its exporters
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            policy, (obs,), output, input_names=["obs"], output_names=["action"],
+            dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, dynamo=False,
+        )  # fmt: skip
+    model = onnx.load(output)
+    metadata = {
+        "script": ckpt["script"],
+        "env_id": ckpt["env_id"],
+        "obs_dim": ckpt["obs_dim"],
+        "act_dim": ckpt["act_dim"],
+        "action_low": policy.low.tolist(),
+        "action_high": (policy.low + policy.span).tolist(),
+        "global_step": ckpt["global_step"],
+    }
+    for key, value in metadata.items():
+        model.metadata_props.add(key=key, value=json.dumps(value))
+    onnx.save(model, output)
+
+
+def check(module, output: str, env_id: str, episodes: int, seed: int) -> list[float]:
+    """The scripts' evaluate, with onnxruntime in place of torch: one episode per sub-env."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(output, providers=["CPUExecutionProvider"])
+    seed = seed + module.EVAL_SEED_OFFSET
+    envs = module.make_envs(env_id, episodes, seed)
+    obs, _ = envs.reset(seed=seed)
+    returns, finished = np.zeros(episodes), np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        (action,) = session.run(None, {"obs": obs.astype(np.float32)})
+        obs, reward, terminated, truncated, _ = envs.step(action)
+        returns += reward * ~finished
+        finished |= terminated | truncated
+    envs.close()
+    return returns.tolist()
+
+
+def main(args: Args):
+    for package in ("onnx", "onnxruntime"):
+        if importlib.util.find_spec(package) is None:
+            fail(f"the export needs {package}: pip install -r requirements-extras.txt")
+    if args.check < 0:
+        fail(f"--check must be >= 0, got {args.check}")
+    module, ckpt, policy = load_policy(args.checkpoint)
+    output = args.output
+    if output is None:
+        output = os.path.join(os.path.dirname(os.path.abspath(args.checkpoint)), "policy.onnx")
+    export(policy, ckpt, output)
+    print(f"wrote {output} ({ckpt['script']}, {ckpt['env_id']}, step {ckpt['global_step']})")
+    if args.check:
+        returns = check(module, output, ckpt["env_id"], args.check, args.seed)
+        print(f"{ckpt['env_id']}: onnxruntime deterministic return {np.mean(returns):.1f} ± "
+              f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
