@@ -52,7 +52,9 @@ CHECKPOINT_KEYS += ["rng", "global_step", "iteration", "lr_scale", "best_eval"]
 @dataclass
 class Args:
     # Algorithm
-    env_id: str = "Walker2d-v5"  # gymnasium env id with Box actions and a mirror map (MIRROR_MAPS)
+    env_id: str = "Walker2d-v5"
+    """an env with a mirror map (MIRROR_MAPS): Walker2d-v5, Ant-v5, Humanoid-v5, Swimmer-v5,
+    InvertedPendulum-v5 or InvertedDoublePendulum-v5"""
     total_timesteps: int = 1_000_000  # total environment steps (over all envs)
     learning_rate: float = 3e-4  # of the actor, and of the critic unless --critic-learning-rate
     critic_learning_rate: float | None = None  # of the critic; None: --learning-rate

@@ -43,9 +43,9 @@ def mean_std(values: list[float]) -> str:
     )
 
 
-# Flags that leave a script at its default settings: ppo_ddp.py with 2 processes x 4 envs trains on
-# the same global batch as the other scripts' 8 envs.
-DEFAULT_FLAGS = {"", "--num-envs 4 --nproc 2"}
+# Flags that leave a script at its default settings (ppo_ddp.py's --nproc 2 with --num-envs 4 does
+# not: that is another number of envs per process).
+DEFAULT_FLAGS = {""}
 # CleanRL's ppo_continuous_action.py at 1M steps, their published numbers (v4 tasks).
 CLEANRL = {
     "HalfCheetah": "1442.64 ± 46.03",
@@ -54,6 +54,11 @@ CLEANRL = {
     "InvertedPendulum": "963.09 ± 22.20",
     "Humanoid": "716.11 ± 49.08 (at 1M steps)",
 }
+
+
+def seed_list(runs: list[dict]) -> str:
+    """The seeds of a row, each as often as it ran (appo_vtrace.py is not bit-reproducible)."""
+    return ", ".join(str(seed) for seed in sorted(int(run["seed"]) for run in runs))
 
 
 def table(rows: list[dict]) -> str:
@@ -76,7 +81,7 @@ def table(rows: list[dict]) -> str:
         ]
         line = (
             f"| {env_id} | `{script}` | {f'`{flags}`' if flags else ''} | {int(steps):,} "
-            f"| {len(runs)} | {mean_std(number('final_return'))} "
+            f"| {seed_list(runs)} | {mean_std(number('final_return'))} "
             f"| {mean_std(number('eval_return'))} | {np.nanmean(number('sps')):.0f} |"
         )
         if flags in DEFAULT_FLAGS:

@@ -58,7 +58,7 @@ def test_run_then_report(tmp_path):
     ).stdout
     assert (
         "| InvertedPendulum-v5 | `ppo_continuous.py` | `--num-envs 4 --eval-episodes 2` "
-        "| 2,048 | 2 |" in out
+        "| 2,048 | 1, 2 |" in out
     )
     assert (plots / "InvertedPendulum-v5.png").stat().st_size > 1000
 
@@ -108,10 +108,10 @@ def test_report_puts_default_runs_beside_cleanrl_and_flagged_runs_apart():
     )
     defaults, experiments = text.split("**Experiments**")
     assert (
-        "| Hopper-v5 | `ppo_spo.py` |  | 1,000,000 | 2 | 2500 ± 500 | – | 100 | 2382.86 ± 271.74 |"
-        in defaults
+        "| Hopper-v5 | `ppo_spo.py` |  | 1,000,000 | 1, 2 | 2500 ± 500 | – | 100 "
+        "| 2382.86 ± 271.74 |" in defaults
     )
-    assert "`ppo_ddp.py` | `--num-envs 4 --nproc 2`" in defaults
+    assert "`ppo_ddp.py` | `--num-envs 4 --nproc 2` | 1,000,000 | 1 | 2500 |" in experiments
     assert (
         "| Hopper-v5 | `ppo_spo.py` | `--update-epochs 20` | 1,000,000 | 1 | 1000 | – | 100 |"
         in experiments
