@@ -105,6 +105,43 @@ def test_all_moments_equal_the_statistics_of_both_ranks_data(tmp_path):
     assert "rank 0: moments of both ranks" in out and "rank 1: moments of both ranks" in out
 
 
+GLOBAL_ADVANTAGES = """
+import torch, torch.distributed as dist, ppo_ddp
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+# Each rank's advantages far apart in mean and scale; every rank knows both.
+gen = torch.Generator().manual_seed(0)
+both = torch.randn(2, 64, generator=gen) * torch.tensor([[3.0], [0.5]])
+both = both + torch.tensor([[2.0], [-1.0]])
+args = ppo_ddp.Args(num_minibatches=4, update_epochs=1, norm_obs=False)
+agent = ppo_ddp.Agent(3, 2, args)
+batch = {"obs": torch.randn(64, 3, generator=gen), "actions": torch.randn(64, 2, generator=gen)}
+with torch.no_grad():
+    out = agent.get_action_and_value(batch["obs"], batch["actions"])
+batch.update(logprobs=out["logprobs"], values=out["values"], means=out["means"])
+batch.update(advantages=both[rank], returns=torch.zeros(64))
+seen = []
+def recording_loss(agent, mb, args):
+    seen.append(mb["advantages"].clone())
+    return ppo_ddp.ppo_loss(agent, mb, args)
+ppo_ddp.ppo_update(agent, ppo_ddp.make_optimizers(agent, args), recording_loss, batch, 1.0, args)
+flat = both.double().flatten()  # population moments of the global batch
+expected = (both[rank] - flat.mean().float()) / (flat.var(unbiased=False).sqrt().float() + 1e-8)
+torch.testing.assert_close(torch.cat(seen).sort().values, expected.sort().values)
+print(f"rank {rank}: normalized with the global batch", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_advantages_are_normalized_with_the_global_batch(tmp_path):
+    driver = tmp_path / "global_advantages.py"
+    driver.write_text(GLOBAL_ADVANTAGES)
+    proc = torchrun(str(driver))
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    assert out.count("normalized with the global batch") == 2
+
+
 # ---------------------------------------------------------------------------------------------
 # Two ranks on the CPU
 # ---------------------------------------------------------------------------------------------
