@@ -621,17 +621,25 @@ def test_checkpoint_of_another_script_or_env_is_refused(ppo, short_run, tmp_path
         ppo.train(ppo.Args(resume=str(ckpt_path), env_id="Ant-v5"))
 
 
-def test_command_line_error_has_no_traceback(ppo):
+def test_command_line_error_has_no_traceback_and_comes_first(ppo):
+    # 3000 steps are not whole batches: the note about it must not come before the error.
     result = subprocess.run(
-        [sys.executable, f"{ppo.__name__}.py", "--env-id", "NoSuchEnv-v0"],
+        [
+            sys.executable,
+            f"{ppo.__name__}.py",
+            "--env-id",
+            "NoSuchEnv-v0",
+            "--total-timesteps",
+            "3000",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert result.returncode != 0
+    assert result.returncode == 1 and "note:" not in result.stdout
     assert "Traceback" not in result.stderr
-    assert result.stderr.strip().startswith("error: unknown env id")
+    assert result.stderr.startswith("error: unknown env id 'NoSuchEnv-v0'")
 
 
 def test_ctrl_c_saves_a_checkpoint_and_exits(ppo, tmp_path):
