@@ -2,6 +2,7 @@
 checkpoint, normalizer and action scaling included, and it deploys with onnxruntime alone."""
 
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -136,3 +137,16 @@ def test_bad_checkpoints_are_one_line(tmp_path):
     result = run_tool(str(tmp_path / "missing.pt"))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip() == f"error: checkpoint not found: {tmp_path / 'missing.pt'}"
+
+
+def test_without_onnxruntime_the_export_names_the_pip_command(tmp_path, monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *r: None if name == "onnxruntime" else find_spec(name),
+    )
+    with pytest.raises(
+        SystemExit, match="needs onnxruntime: pip install -r requirements-extras.txt"
+    ):
+        export_onnx.main(export_onnx.Args(checkpoint=str(tmp_path / "any.pt")))

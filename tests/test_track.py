@@ -44,3 +44,13 @@ def test_a_resumed_run_goes_on_in_the_same_wandb_run(tmp_path):
     runs = wandb_runs(run_dir)
     assert len(runs) == 2  # one per process, both with the run id derived from the directory
     assert all(folder.endswith(f"-{run_dir.name}") for folder in runs), list(runs)
+
+
+def test_the_final_video_goes_to_wandb_too(tmp_path):
+    script = importlib.import_module("ppo_continuous")
+    args = small_args(script, tmp_path, track=True, capture_video=True)
+    args.video_dir = str(tmp_path / "videos")
+    script.train(args)
+    (run_dir,) = tmp_path.glob("Walker2d*")
+    (data,) = wandb_runs(run_dir).values()
+    assert b"eval/video" in data
