@@ -748,6 +748,7 @@ def close_writer(writer: SummaryWriter, args: Args):
         import wandb
 
         wandb.finish()
+        wandb.teardown()  # finish() may return before wandb's service has written the run out
 
 
 def resume_command(checkpoint_path: str) -> str:
