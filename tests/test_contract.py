@@ -178,7 +178,13 @@ def test_resume_says_that_log_dir_is_ignored(script, saved_run, tmp_path, capsys
     assert "log_dir=" not in out.split("changed: ")[1].splitlines()[0]
 
 
-def test_eval_checkpoint_records_a_video(script, saved_run, tmp_path, capsys):
+# evaluate_checkpoint and __main__ are the same harness in ppo_continuous, ppo_spo and ppo_symaug:
+# the subprocess and rendering tests below run where the code differs.
+@pytest.mark.parametrize("name", ["ppo_continuous", "appo_vtrace"])
+def test_eval_checkpoint_records_a_video(name, tmp_path, capsys):
+    script = importlib.import_module(name)
+    script.train(small_args(script, tmp_path / "run"))
+    saved_run = only_checkpoint(tmp_path / "run")
     videos = tmp_path / "videos"
     args = script.Args(eval_checkpoint=saved_run, eval_episodes=1)
     args.capture_video, args.video_dir = True, str(videos)
@@ -195,7 +201,9 @@ def run_script(name, *flags, **kwargs):
     )
 
 
-def test_a_closed_pipe_ends_the_run_without_a_traceback(script, tmp_path):
+@pytest.mark.parametrize("name", ["ppo_continuous", "ppo_ddp", "appo_vtrace"])
+def test_a_closed_pipe_ends_the_run_without_a_traceback(name, tmp_path):
+    script = importlib.import_module(name)
     flags = ["--env-id", "Walker2d-v5", "--num-envs", "2", "--num-steps", "64", "--log-dir"]
     flags += [str(tmp_path), "--num-minibatches", "2", "--update-epochs", "1"]
     if script.__name__ == "appo_vtrace":
