@@ -96,12 +96,18 @@ dist.destroy_process_group()
 """
 
 
-def test_all_moments_equal_the_statistics_of_both_ranks_data(tmp_path):
-    driver = tmp_path / "all_moments.py"
-    driver.write_text(ALL_MOMENTS)
+def run_on_two_ranks(tmp_path, source: str) -> str:
+    """Run a driver script on two ranks; returns what they printed."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(source)
     proc = torchrun(str(driver))
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
+    return out
+
+
+def test_all_moments_equal_the_statistics_of_both_ranks_data(tmp_path):
+    out = run_on_two_ranks(tmp_path, ALL_MOMENTS)
     assert "rank 0: moments of both ranks" in out and "rank 1: moments of both ranks" in out
 
 
@@ -134,11 +140,7 @@ dist.destroy_process_group()
 
 
 def test_advantages_are_normalized_with_the_global_batch(tmp_path):
-    driver = tmp_path / "global_advantages.py"
-    driver.write_text(GLOBAL_ADVANTAGES)
-    proc = torchrun(str(driver))
-    out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0, err[-3000:]
+    out = run_on_two_ranks(tmp_path, GLOBAL_ADVANTAGES)
     assert out.count("normalized with the global batch") == 2
 
 
