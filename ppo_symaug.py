@@ -14,7 +14,8 @@ resume, Ctrl-C, evaluation, video, logging), which is the same in every script o
 
 On top of that the policy learns a left-right symmetry (Mittal et al. 2024, arXiv:2403.04359): the
 learner trains on each minibatch and its mirror image (make_mirror_fns), the normalizer is made
-mirror-invariant, and --mirror-loss-coef adds ||mu(M_o s) - M_a mu(s)||^2 (benchmarks/README.md).
+mirror-invariant, and the mirror loss ||mu(M_o s) - M_a mu(s)||^2 (--mirror-loss-coef, on by
+default) makes the mean symmetric where the augmentation leaves it free (benchmarks/README.md).
 
 Run:   python ppo_symaug.py --env-id Walker2d-v5
 Help:  python ppo_symaug.py --help
@@ -81,12 +82,14 @@ class Args:
     optimizer: Literal["adam", "muon"] = "adam"  # muon: on the hidden weight matrices, Adam on rest
     weight_decay: float = 0.0  # of every parameter group (Adam: L2; Muon: decoupled; 0: none)
     compile: bool = False  # torch.compile the loss computation of the update
+    mirror_loss_coef: float = 1.0
+    """weight of the mirror loss ||mu(M_o s) - M_a mu(s)||^2, which makes the mean symmetric where
+    the augmentation cannot: beyond the action bounds (0: augmentation only; see the README)"""
 
     # Extras (0: off)
     bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
     l2c2_coef: float = 0.0  # weight of the L2C2 local smoothness regularizer of the actor
     l2c2_noise: float = 0.1  # half-width of the uniform noise on normalized obs for L2C2
-    mirror_loss_coef: float = 0.0  # weight of ||mu(M_o s) - M_a mu(s)||^2 (0: augmentation only)
 
     # Normalization
     norm_obs: bool = True  # normalize observations with a running mean/std kept in the agent

@@ -11,6 +11,7 @@ Works for checkpoints of ppo_continuous.py and ppo_symaug.py (any script whose c
 it); the mirror maps come from ppo_symaug.make_mirror_fns. Rows are appended to symmetry.csv.
 """
 
+import dataclasses
 import datetime
 import importlib
 import os
@@ -64,6 +65,31 @@ def state_asymmetry(states: torch.Tensor, mirror_obs) -> float:
     return (((mirror_obs(states) - states) ** 2).sum(-1).mean() / spread).item()
 
 
+def flags_of(script, saved: dict) -> str:
+    """The checkpoint's training settings that differ from the script's defaults today, written as
+    flags (results.csv's flags column). env_id and the steps have their own columns; the fields
+    from exp_name on (seed, logging, checkpoints, evaluation) do not change the policy."""
+    defaults = script.Args()
+    flags = []
+    for field in dataclasses.fields(defaults):
+        if field.name == "exp_name":
+            break
+        default = getattr(defaults, field.name)
+        value = saved.get(field.name, default)
+        if isinstance(value, list):
+            value = tuple(value)
+        if field.name in ("env_id", "total_timesteps") or value == default:
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, tuple):
+            flags.append(" ".join([flag] + [str(size) for size in value]))
+        else:
+            flags.append(f"{flag} {value}")
+    return " ".join(flags)
+
+
 def main(args: Args):
     rows = []
     for path in args.checkpoints:
@@ -82,6 +108,7 @@ def main(args: Args):
                 "script": f"{ckpt['script']}.py",
                 "env_id": ckpt["env_id"],
                 "seed": ckpt["args"]["seed"],
+                "flags": flags_of(script, ckpt["args"]),
                 "global_step": ckpt["global_step"],
                 "symmetry_error": f"{error:.3g}",
                 "state_asymmetry": f"{state_asymmetry(states, mirror_obs):.3g}",

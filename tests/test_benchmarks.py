@@ -82,7 +82,30 @@ def test_state_asymmetry_is_zero_on_the_mirror_invariant_subspace():
     assert state_asymmetry(legs_as_one, mirror_obs) == 0.0
 
 
-def test_report_puts_default_runs_beside_cleanrl_and_flagged_runs_apart():
+def test_symmetry_rows_name_the_flags_that_differ_from_the_defaults():
+    """symmetry.csv's flags column, from the checkpoint's saved settings: the training settings
+    that differ from today's defaults, as flags; seed, env and logging are columns or do not
+    count."""
+    import dataclasses
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from symmetry import flags_of
+
+    import ppo_symaug
+
+    default = dataclasses.asdict(ppo_symaug.Args(seed=3, log_dir="x", env_id="Ant-v5"))
+    assert flags_of(ppo_symaug, default) == ""
+    saved = dataclasses.asdict(
+        ppo_symaug.Args(anneal_lr=False, critic_layers=(256, 256), mirror_loss_coef=0.0)
+    )
+    saved["critic_layers"] = [256, 256]  # as a list, the way some checkpoints hold it
+    expected = "--no-anneal-lr --critic-layers 256 256 --mirror-loss-coef 0.0"
+    assert flags_of(ppo_symaug, saved) == expected
+    del saved["mirror_loss_coef"]  # an older checkpoint without the field: the default
+    assert flags_of(ppo_symaug, saved) == "--no-anneal-lr --critic-layers 256 256"
+
+
+def test_report_puts_default_runs_beside_the_peers_and_flagged_runs_apart():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from report import table
 
@@ -109,7 +132,7 @@ def test_report_puts_default_runs_beside_cleanrl_and_flagged_runs_apart():
     defaults, experiments = text.split("**Experiments**")
     assert (
         "| Hopper-v5 | `ppo_spo.py` |  | 1,000,000 | 1, 2 | 2500 ± 500 | – | 100 "
-        "| 2382.86 ± 271.74 |" in defaults
+        "| 2382.86 ± 271.74 | 2410.44 ± 10.03 | 2609.3 ± 700.8 |" in defaults
     )
     assert "`ppo_ddp.py` | `--num-envs 4 --nproc 2` | 1,000,000 | 1 | 2500 |" in experiments
     assert (

@@ -222,7 +222,7 @@ def test_augment_minibatch_doubles_and_copies():
 
 def test_ppo_loss_reports_the_original_half_and_adds_the_mirror_loss():
     mirror_obs, mirror_act = ps.make_mirror_fns("Walker2d-v5")
-    args = ps.Args(norm_obs=False)
+    args = ps.Args(norm_obs=False, mirror_loss_coef=0.0)  # augmentation only
     torch.manual_seed(0)
     agent = ps.Agent(17, 6, args)
     with torch.no_grad():
@@ -250,6 +250,9 @@ def test_ppo_loss_reports_the_original_half_and_adds_the_mirror_loss():
         agent, mb, ps.Args(norm_obs=False, mirror_loss_coef=2.0), mirror_obs, mirror_act
     )
     assert (loss_with - loss).item() == pytest.approx(2.0 * terms["symmetry_loss"].item(), rel=1e-4)
+    # On by default, with weight 1.
+    loss_default, _, _ = ps.ppo_loss(agent, mb, ps.Args(norm_obs=False), mirror_obs, mirror_act)
+    assert (loss_default - loss).item() == pytest.approx(terms["symmetry_loss"].item(), rel=1e-4)
     # The mirrored half starts off-policy where the actor is not symmetric: its copied old
     # log-probabilities are not pi_old's at the mirrored samples. Its KL and clip fraction say
     # how far.
@@ -315,7 +318,6 @@ def test_short_run_logs_symmetry_and_keeps_the_normalizer_mirror_invariant(tmp_p
         num_minibatches=2,
         update_epochs=2,
         eval_episodes=1,
-        mirror_loss_coef=1.0,
         log_dir=str(tmp_path),
     )
     metrics = ps.train(args)
