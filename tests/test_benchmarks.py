@@ -139,3 +139,33 @@ def test_report_puts_default_runs_beside_the_peers_and_flagged_runs_apart():
         "| Hopper-v5 | `ppo_spo.py` | `--update-epochs 20` | 1,000,000 | 1 | 1000 | – | 100 |"
         in experiments
     )
+
+
+def test_selection_scores_each_candidate_and_excludes_one_far_below_today():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from selection import CANDIDATES, PEER, TASKS, held_out_table, selection_table
+
+    def row(env_id, flags, seed, eval_return):
+        fields = {"script": "ppo_continuous.py", "total_timesteps": "1000000", "seed": str(seed)}
+        return fields | {"env_id": env_id, "flags": flags, "eval_return": str(eval_return)}
+
+    rows = []
+    for env in TASKS:  # today's defaults at the peers' numbers, A 10 % above on every task
+        for seed in (1, 2):
+            rows.append(row(env, "", seed, PEER[env]))
+            rows.append(row(env, CANDIDATES["A"], seed, 1.1 * PEER[env]))
+            scale = 0.5 if (env, seed) == ("Ant-v5", 2) else 1.5  # B's Ant mean: 1.0x
+            rows.append(row(env, CANDIDATES["B"], seed, scale * PEER[env]))
+    rows.append(row("Ant-v5", CANDIDATES["C"], 1, 0.89 * PEER["Ant-v5"]))
+    rows.append(row("Ant-v5", CANDIDATES["C"], 2, 0.89 * PEER["Ant-v5"]))
+    text = selection_table(rows).splitlines()
+    assert text[2].endswith("| 1.000 | yes |")  # the defaults
+    assert text[3].endswith("| 1.100 | yes |")  # A
+    assert text[4].endswith(f"| {(1.5 * 3 + 1.0) / 4:.3f} | yes |")  # B: Ant (1.5 + 0.5) / 2
+    assert text[5].endswith("| – | no |")  # C: Ant 11 % below today, whatever else it does
+    assert "| not run |" in text[5]
+    rows.append(row("Hopper-v5", CANDIDATES["B"], 11, 3000))
+    assert "| Hopper-v5 | 3000 | – | 2609 | – |" in held_out_table(rows)
+    for seed in (12, 13):
+        rows.append(row("Hopper-v5", CANDIDATES["B"], seed, 3000))
+    assert "| Hopper-v5 | 3000, 3000, 3000 | 3000 | 2609 | 1.15 |" in held_out_table(rows)

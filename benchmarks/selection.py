@@ -1,0 +1,118 @@
+"""The defaults selection of benchmarks/README.md, from results.csv: the selection table (seeds 1
+and 2 of each candidate) and the held-out table (the winner on seeds 11-13).
+
+    python benchmarks/selection.py            # print both tables
+    python benchmarks/selection.py --readme   # also replace them in benchmarks/README.md
+
+The rule, fixed before the runs: per task, the mean deterministic eval return over the two seeds
+divided by the best peer's number; the score is the mean of the four ratios; a candidate is
+eligible only if no task's mean is more than 10 % below today's defaults on the same seeds.
+"""
+
+import csv
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import tyro
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TASKS = ["Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Ant-v5"]
+PEER = {"Hopper-v5": 2609, "Walker2d-v5": 3588, "HalfCheetah-v5": 5819, "Ant-v5": 3258}
+CANDIDATES = {
+    "defaults": "",
+    "A": "--critic-learning-rate 0.001",
+    "B": "--critic-learning-rate 0.001 --critic-layers 256 256",
+    "C": "--critic-learning-rate 0.001 --num-minibatches 32",
+}
+WINNER = "B"
+SELECTION_SEEDS, HELD_OUT_SEEDS = [1, 2], [11, 12, 13]
+MARKERS = {"selection": "selection-table", "held_out": "held-out-table"}
+
+
+@dataclass
+class Args:
+    results: str = os.path.join(HERE, "results.csv")
+    """rows written by run.py"""
+    readme: bool = False
+    """replace the tables between their markers in benchmarks/README.md"""
+
+
+def evals(rows: list[dict], env_id: str, flags: str, seeds: list[int]) -> dict[int, float]:
+    """seed -> eval return of ppo_continuous.py's 1M-step runs (the last run of a seed wins)."""
+    found = {}
+    for row in rows:
+        if row["script"] != "ppo_continuous.py" or row["total_timesteps"] != "1000000":
+            continue
+        if row["env_id"] == env_id and row["flags"] == flags and int(row["seed"]) in seeds:
+            found[int(row["seed"])] = float(row["eval_return"])
+    return found
+
+
+def selection_table(rows: list[dict]) -> str:
+    today = {env: evals(rows, env, "", SELECTION_SEEDS) for env in TASKS}
+    lines = [
+        "| candidate | "
+        + " | ".join(f"{env} eval (seeds 1, 2)" for env in TASKS)
+        + " | mean eval / peer | eligible |",
+        "|---|" + "---|" * (len(TASKS) + 2),
+    ]
+    for name, flags in CANDIDATES.items():
+        cells, ratios, eligible = [], [], "yes"
+        for env in TASKS:
+            found = evals(rows, env, flags, SELECTION_SEEDS)
+            values = ", ".join(f"{found[seed]:.0f}" for seed in sorted(found)) or "not run"
+            if len(found) < len(SELECTION_SEEDS):
+                cells.append(values)
+                eligible = "–" if eligible == "yes" else eligible
+                continue
+            mean = np.mean(list(found.values()))
+            ratios.append(mean / PEER[env])
+            if mean < 0.9 * np.mean(list(today[env].values())):
+                eligible = "no"
+            cells.append(f"{values} → {mean:.0f} ({mean / PEER[env]:.2f})")
+        score = f"{np.mean(ratios):.3f}" if len(ratios) == len(TASKS) else "–"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {score} | {eligible} |")
+    return "\n".join(lines)
+
+
+def held_out_table(rows: list[dict]) -> str:
+    lines = [
+        "| task | winner's eval (seeds 11, 12, 13) | mean | best peer | mean / peer |",
+        "|---|---|---|---|---|",
+    ]
+    for env in TASKS:
+        found = evals(rows, env, CANDIDATES[WINNER], HELD_OUT_SEEDS)
+        values = ", ".join(f"{found[seed]:.0f}" for seed in sorted(found)) or "not run yet"
+        if len(found) < len(HELD_OUT_SEEDS):
+            lines.append(f"| {env} | {values} | – | {PEER[env]} | – |")
+            continue
+        mean = np.mean(list(found.values()))
+        lines.append(f"| {env} | {values} | {mean:.0f} | {PEER[env]} | {mean / PEER[env]:.2f} |")
+    return "\n".join(lines)
+
+
+def replace_between(text: str, marker: str, table: str) -> str:
+    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
+    if begin not in text or end not in text:
+        raise SystemExit(f"error: benchmarks/README.md has no {begin} ... {end} markers")
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + table + "\n" + end + rest.split(end, 1)[1]
+
+
+def main(args: Args):
+    with open(args.results) as f:
+        rows = list(csv.DictReader(f))
+    tables = {"selection": selection_table(rows), "held_out": held_out_table(rows)}
+    print(tables["selection"] + "\n\n" + tables["held_out"])
+    if args.readme:
+        path = os.path.join(HERE, "README.md")
+        text = open(path).read()
+        for name, table in tables.items():
+            text = replace_between(text, MARKERS[name], table)
+        open(path, "w").write(text)
+        print("updated benchmarks/README.md")
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
