@@ -449,7 +449,7 @@ def test_killed_actor_stops_the_learner_promptly(tmp_path):
     _, err = proc.communicate(timeout=30)
     assert time.time() - killed_at < 10
     assert proc.returncode != 0
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
     assert (
         f"error: actor 1 (pid {pids[1]}) died (killed by SIGKILL)" in err.strip().splitlines()[-1]
     )
@@ -528,7 +528,7 @@ def test_learns_inverted_pendulum(tmp_path):
     metrics = appo.train(
         appo.Args(
             env_id="InvertedPendulum-v5",
-            total_timesteps=150_000,
+            total_timesteps=60_000,
             num_actors=2,
             num_envs=4,
             num_rollouts=2,

@@ -212,7 +212,7 @@ def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch)
     gamma = 0.9
     args = ppo.Args(
         env_id="toy_envs:AlwaysTruncates-v0",
-        total_timesteps=40_000,
+        total_timesteps=10_000,
         num_envs=4,
         num_steps=50,
         num_minibatches=2,
@@ -711,7 +711,7 @@ def test_train_restores_the_ctrl_c_handler(ppo, tmp_path):
 @pytest.mark.slow
 def test_learns_inverted_pendulum(ppo, tmp_path):
     metrics = ppo.train(
-        ppo.Args(env_id="InvertedPendulum-v5", total_timesteps=150_000, log_dir=str(tmp_path))
+        ppo.Args(env_id="InvertedPendulum-v5", total_timesteps=60_000, log_dir=str(tmp_path))
     )
     assert metrics["eval/episodic_return"] >= 900
 
