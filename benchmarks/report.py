@@ -20,7 +20,6 @@ import numpy as np
 import tyro
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BEGIN, END = "<!-- results-table:begin -->", "<!-- results-table:end -->"
 
 
 @dataclass
@@ -176,6 +175,15 @@ def plot(curves: list[dict], folder: str):
             print("wrote", os.path.join(folder, f"{env_id}{suffix}.png"))
 
 
+def replace_between(text: str, marker: str, table: str, file: str) -> str:
+    """text with the table between <!-- marker:begin --> and <!-- marker:end --> replaced."""
+    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
+    if begin not in text or end not in text:
+        raise SystemExit(f"error: {file} has no {begin} ... {end} markers")
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + table + "\n" + end + rest.split(end, 1)[1]
+
+
 def main(args: Args):
     with open(args.results) as f:
         text = table(list(csv.DictReader(f)))
@@ -185,11 +193,8 @@ def main(args: Args):
             plot(list(csv.DictReader(f)), args.plots)
     if args.readme:
         path = os.path.join(os.path.dirname(HERE), "README.md")
-        readme = open(path).read()
-        if BEGIN not in readme or END not in readme:
-            raise SystemExit(f"error: README.md has no {BEGIN} ... {END} markers")
-        head, rest = readme.split(BEGIN, 1)
-        open(path, "w").write(head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
+        readme = replace_between(open(path).read(), "results-table", text, "README.md")
+        open(path, "w").write(readme)
         print("updated README.md")
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tyro
+from report import replace_between  # benchmarks/report.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TASKS = ["Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Ant-v5"]
@@ -92,14 +93,6 @@ def held_out_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def replace_between(text: str, marker: str, table: str) -> str:
-    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
-    if begin not in text or end not in text:
-        raise SystemExit(f"error: benchmarks/README.md has no {begin} ... {end} markers")
-    head, rest = text.split(begin, 1)
-    return head + begin + "\n" + table + "\n" + end + rest.split(end, 1)[1]
-
-
 def main(args: Args):
     with open(args.results) as f:
         rows = list(csv.DictReader(f))
@@ -109,7 +102,7 @@ def main(args: Args):
         path = os.path.join(HERE, "README.md")
         text = open(path).read()
         for name, table in tables.items():
-            text = replace_between(text, MARKERS[name], table)
+            text = replace_between(text, MARKERS[name], table, "benchmarks/README.md")
         open(path, "w").write(text)
         print("updated benchmarks/README.md")
 
