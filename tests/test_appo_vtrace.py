@@ -4,6 +4,7 @@ actor, Ctrl-C, no process left behind), checkpoints, bad input and learning.
 The end-to-end tests start real actor processes (spawn), so each costs a few seconds of start-up.
 """
 
+import glob
 import os
 import re
 import signal
@@ -442,10 +443,30 @@ def assert_all_gone(pids):
     assert not any(running(p) for p in pids), "an actor outlived the learner"
 
 
+def kill_childless(pid: int):
+    """SIGKILL the process at a moment when it has no child. An actor that is still making its
+    first MuJoCo env runs glfw's library probe (a 36-line `python -c` script) as its child, and
+    the probe, orphaned by the kill, fails to print its answer: a BrokenPipeError traceback in the
+    learner's stderr that no code of ours wrote. A stopped process cannot start a child."""
+    deadline = time.time() + 30
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        children = []
+        for task in glob.glob(f"/proc/{pid}/task/*/children"):
+            with open(task) as f:
+                children += f.read().split()
+        if not children:
+            os.kill(pid, signal.SIGKILL)
+            return
+        os.kill(pid, signal.SIGCONT)
+        assert time.time() < deadline, f"process {pid} kept a child for 30 s"
+        time.sleep(0.01)
+
+
 def test_killed_actor_stops_the_learner_promptly(tmp_path):
     proc, pids = start_script(tmp_path)
+    kill_childless(pids[1])
     killed_at = time.time()
-    os.kill(pids[1], signal.SIGKILL)
     _, err = proc.communicate(timeout=30)
     assert time.time() - killed_at < 10
     assert proc.returncode != 0
