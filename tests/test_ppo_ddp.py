@@ -78,70 +78,80 @@ def test_without_a_process_group_the_helpers_are_the_identity():
     ppo_ddp.check_in_sync(torch.nn.Linear(2, 2))  # nothing to compare with
 
 
-ALL_MOMENTS = """
+# Both checks run in one torchrun job (each launch costs seconds); each prints its own verdict.
+TWO_RANK_CHECKS = """
+import traceback
 import torch, torch.distributed as dist, ppo_ddp
+
+
+def all_moments(rank):
+    # Each rank its own data, far apart in mean and scale; every rank knows both batches.
+    data = torch.randn(2, 50, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    scale = torch.tensor([2.0, 0.5], dtype=torch.float64).reshape(2, 1, 1)
+    data = data * scale + torch.tensor([3.0, -1.0], dtype=torch.float64).reshape(2, 1, 1)
+    count, mean, var = ppo_ddp.all_moments(data[rank])
+    both = data.reshape(100, 3)
+    assert count == 100, count
+    torch.testing.assert_close(mean, both.mean(0), rtol=1e-12, atol=0)
+    torch.testing.assert_close(var, both.var(0, unbiased=False), rtol=1e-12, atol=0)
+
+
+def global_advantages(rank):
+    # Each rank's advantages far apart in mean and scale; every rank knows both.
+    gen = torch.Generator().manual_seed(0)
+    both = torch.randn(2, 64, generator=gen) * torch.tensor([[3.0], [0.5]])
+    both = both + torch.tensor([[2.0], [-1.0]])
+    args = ppo_ddp.Args(num_minibatches=4, update_epochs=1, norm_obs=False)
+    agent = ppo_ddp.Agent(3, 2, args)
+    obs, actions = torch.randn(64, 3, generator=gen), torch.randn(64, 2, generator=gen)
+    batch = {"obs": obs, "actions": actions}
+    with torch.no_grad():
+        out = agent.get_action_and_value(batch["obs"], batch["actions"])
+    batch.update(logprobs=out["logprobs"], values=out["values"], means=out["means"])
+    batch.update(advantages=both[rank], returns=torch.zeros(64))
+    seen = []
+
+    def recording_loss(agent, mb, args):
+        seen.append(mb["advantages"].clone())
+        return ppo_ddp.ppo_loss(agent, mb, args)
+
+    optimizers = ppo_ddp.make_optimizers(agent, args)
+    ppo_ddp.ppo_update(agent, optimizers, recording_loss, batch, 1.0, args)
+    flat = both.double().flatten()  # population moments of the global batch
+    std = flat.var(unbiased=False).sqrt().float()
+    expected = (both[rank] - flat.mean().float()) / (std + 1e-8)
+    torch.testing.assert_close(torch.cat(seen).sort().values, expected.sort().values)
+
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-# Each rank its own data, far apart in mean and scale; every rank knows both batches.
-data = torch.randn(2, 50, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-scale = torch.tensor([2.0, 0.5], dtype=torch.float64).reshape(2, 1, 1)
-data = data * scale + torch.tensor([3.0, -1.0], dtype=torch.float64).reshape(2, 1, 1)
-count, mean, var = ppo_ddp.all_moments(data[rank])
-both = data.reshape(100, 3)
-assert count == 100, count
-torch.testing.assert_close(mean, both.mean(0), rtol=1e-12, atol=0)
-torch.testing.assert_close(var, both.var(0, unbiased=False), rtol=1e-12, atol=0)
-print(f"rank {rank}: moments of both ranks", flush=True)
+for check in (all_moments, global_advantages):
+    try:
+        check(rank)
+        print(f"rank {rank}: {check.__name__} passed", flush=True)
+    except AssertionError:
+        print(f"rank {rank}: {check.__name__} failed:", traceback.format_exc(), flush=True)
 dist.destroy_process_group()
 """
 
 
-def run_on_two_ranks(tmp_path, source: str) -> str:
-    """Run a driver script on two ranks; returns what they printed."""
-    driver = tmp_path / "driver.py"
-    driver.write_text(source)
+@pytest.fixture(scope="module")
+def two_rank_checks(tmp_path_factory):
+    """What the two ranks of TWO_RANK_CHECKS printed."""
+    driver = tmp_path_factory.mktemp("checks") / "driver.py"
+    driver.write_text(TWO_RANK_CHECKS)
     proc = torchrun(str(driver))
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
     return out
 
 
-def test_all_moments_equal_the_statistics_of_both_ranks_data(tmp_path):
-    out = run_on_two_ranks(tmp_path, ALL_MOMENTS)
-    assert "rank 0: moments of both ranks" in out and "rank 1: moments of both ranks" in out
+def test_all_moments_equal_the_statistics_of_both_ranks_data(two_rank_checks):
+    assert two_rank_checks.count("all_moments passed") == 2, two_rank_checks
 
 
-GLOBAL_ADVANTAGES = """
-import torch, torch.distributed as dist, ppo_ddp
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-# Each rank's advantages far apart in mean and scale; every rank knows both.
-gen = torch.Generator().manual_seed(0)
-both = torch.randn(2, 64, generator=gen) * torch.tensor([[3.0], [0.5]])
-both = both + torch.tensor([[2.0], [-1.0]])
-args = ppo_ddp.Args(num_minibatches=4, update_epochs=1, norm_obs=False)
-agent = ppo_ddp.Agent(3, 2, args)
-batch = {"obs": torch.randn(64, 3, generator=gen), "actions": torch.randn(64, 2, generator=gen)}
-with torch.no_grad():
-    out = agent.get_action_and_value(batch["obs"], batch["actions"])
-batch.update(logprobs=out["logprobs"], values=out["values"], means=out["means"])
-batch.update(advantages=both[rank], returns=torch.zeros(64))
-seen = []
-def recording_loss(agent, mb, args):
-    seen.append(mb["advantages"].clone())
-    return ppo_ddp.ppo_loss(agent, mb, args)
-ppo_ddp.ppo_update(agent, ppo_ddp.make_optimizers(agent, args), recording_loss, batch, 1.0, args)
-flat = both.double().flatten()  # population moments of the global batch
-expected = (both[rank] - flat.mean().float()) / (flat.var(unbiased=False).sqrt().float() + 1e-8)
-torch.testing.assert_close(torch.cat(seen).sort().values, expected.sort().values)
-print(f"rank {rank}: normalized with the global batch", flush=True)
-dist.destroy_process_group()
-"""
-
-
-def test_advantages_are_normalized_with_the_global_batch(tmp_path):
-    out = run_on_two_ranks(tmp_path, GLOBAL_ADVANTAGES)
-    assert out.count("normalized with the global batch") == 2
+def test_advantages_are_normalized_with_the_global_batch(two_rank_checks):
+    assert two_rank_checks.count("global_advantages passed") == 2, two_rank_checks
 
 
 # ---------------------------------------------------------------------------------------------

@@ -708,8 +708,11 @@ def test_train_restores_the_ctrl_c_handler(ppo, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Learning
 # ---------------------------------------------------------------------------------------------
+# ppo_ddp learns on 2 ranks: test_two_ranks_learn_inverted_pendulum in test_ppo_ddp.py
 @pytest.mark.slow
-def test_learns_inverted_pendulum(ppo, tmp_path):
+@pytest.mark.parametrize("name", [s for s in SCRIPTS if s != "ppo_ddp"])
+def test_learns_inverted_pendulum(name, tmp_path):
+    ppo = importlib.import_module(name)
     metrics = ppo.train(
         ppo.Args(env_id="InvertedPendulum-v5", total_timesteps=60_000, log_dir=str(tmp_path))
     )
