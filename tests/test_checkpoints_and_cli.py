@@ -175,12 +175,15 @@ def run_script(name, *flags, **env):
     )
 
 
-def test_help_describes_the_script_and_shows_each_default_once(script):
-    result = run_script(script.__name__, "--help", COLUMNS="200")
-    assert result.returncode == 0
-    assert not re.search(r"\(default: [^()]*\)\s*\(default:", result.stdout)
-    assert script.__doc__.splitlines()[0] in result.stdout
-    assert "every evaluation (final, --eval-every, --eval-checkpoint)" in result.stdout
+def test_help_describes_the_script_and_shows_each_default_once(script, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as stopped:
+        script.parse_args(["--help"])  # what `python <script>.py --help` runs
+    assert stopped.value.code == 0
+    out = capsys.readouterr().out
+    assert not re.search(r"\(default: [^()]*\)\s*\(default:", out)
+    assert script.__doc__.splitlines()[0] in out
+    assert "every evaluation (final, --eval-every, --eval-checkpoint)" in out
 
 
 def test_a_renderer_that_cannot_load_is_one_line_and_training_goes_on(script, tmp_path):
