@@ -157,14 +157,50 @@ def test_advantages_are_normalized_with_the_global_batch(two_rank_checks):
 # ---------------------------------------------------------------------------------------------
 # Two ranks on the CPU
 # ---------------------------------------------------------------------------------------------
+# The jobs of the fixtures below run the script through this driver, so that each also shows
+# that destroy_process_group stops gloo's threads, at the end of a run and after Ctrl-C.
+LATE_COLLECTIVE = """
+import os, runpy, sys, time, torch, torch.distributed as dist
+
+def destroy_during_a_late_collective(destroy=dist.destroy_process_group):
+    # Rank 1 leaves while a gloo worker thread still runs a collective on a tensor that rank 0 joins
+    # a second later: on a loaded machine the script's last collective can end as late.
+    x, rank = torch.ones(1), dist.get_rank()
+    if rank == 1:
+        dist.all_reduce(x, async_op=True)
+    else:
+        time.sleep(1)
+        dist.all_reduce(x)
+    destroy()
+    if not os.path.isdir("/proc/self/task"):
+        return
+    tasks = os.listdir("/proc/self/task")
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks]
+    left = names.count("pt_gloo_runloop")
+    # sys.__stdout__: the script silences the sys.stdout of every rank but 0.
+    print(f"rank {rank}: {left} gloo worker threads left", file=sys.__stdout__, flush=True)
+
+dist.destroy_process_group = destroy_during_a_late_collective
+sys.argv = sys.argv[1:]  # the script and its flags
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def torchrun_script(tmp_path_factory, *flags: str):
+    """torchrun of ppo_ddp.py with these flags, through the LATE_COLLECTIVE driver."""
+    driver = tmp_path_factory.mktemp("driver") / "late_collective.py"
+    driver.write_text(LATE_COLLECTIVE)
+    return torchrun(str(driver), "ppo_ddp.py", *flags)
+
+
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
     """4 iterations of 2 ranks x 2 envs x 64 steps, with every option that needs a decision shared
     by the ranks (adaptive learning rate, early stop) and a second actor pass (L2C2), checked every
     iteration."""
     log_dir = tmp_path_factory.mktemp("runs")
-    proc = torchrun(
-        "ppo_ddp.py",
+    proc = torchrun_script(
+        tmp_path_factory,
         *SMALL,
         "--total-timesteps",
         "1024",
@@ -288,57 +324,6 @@ def test_forward_pass_around_ddp_is_caught_by_the_sync_check(tmp_path):
     assert "parameters in sync" not in out
 
 
-LATE_COLLECTIVE = """
-import os, runpy, sys, time, torch, torch.distributed as dist
-
-def destroy_during_a_late_collective(destroy=dist.destroy_process_group):
-    # Rank 1 leaves while a gloo worker thread still runs a collective on a tensor that rank 0 joins
-    # a second later: on a loaded machine the script's last collective can end as late.
-    x, rank = torch.ones(1), dist.get_rank()
-    if rank == 1:
-        dist.all_reduce(x, async_op=True)
-    else:
-        time.sleep(1)
-        dist.all_reduce(x)
-    destroy()
-    tasks = os.listdir("/proc/self/task")
-    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks]
-    left = names.count("pt_gloo_runloop")
-    # sys.__stdout__: the script silences the sys.stdout of every rank but 0.
-    print(f"rank {rank}: {left} gloo worker threads left", file=sys.__stdout__, flush=True)
-
-dist.destroy_process_group = destroy_during_a_late_collective
-sys.argv = sys.argv[1:]  # the script and its flags
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc"), reason="counts threads through /proc")
-@pytest.mark.parametrize("ending", ["end", "ctrl_c"])
-def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(tmp_path, ending):
-    # A gloo worker thread left running when Python shuts down may still be releasing the tensors of
-    # a collective; it then dies there and aborts the rank (std::terminate, exit code -6).
-    driver = tmp_path / "late_collective.py"
-    driver.write_text(LATE_COLLECTIVE)
-    steps = "512" if ending == "end" else "1000000"
-    proc = torchrun(
-        str(driver), "ppo_ddp.py", *SMALL, "--total-timesteps", steps, "--log-dir", str(tmp_path)
-    )
-    try:
-        if ending == "ctrl_c":  # leaves through SystemExit, whose traceback keeps train()'s frame
-            deadline = time.time() + 120
-            while "iter 2/" not in proc.stdout.readline():
-                assert time.time() < deadline and proc.poll() is None
-            proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:  # a hang: do not leave the job behind
-            proc.kill()
-    for rank in (0, 1):
-        assert f"rank {rank}: 0 gloo worker threads left" in out, err[-3000:]
-    assert proc.returncode == 0 or ending == "ctrl_c"
-
-
 def child_with_rank(parent: int, rank: int) -> int:
     """The pid of torchrun's worker process with the given RANK (Linux /proc)."""
     for entry in filter(str.isdigit, os.listdir("/proc")):
@@ -373,28 +358,47 @@ def test_a_killed_rank_brings_the_job_down_without_hanging(tmp_path):
     assert time.time() - killed < 30
 
 
-def test_ctrl_c_stops_every_rank_at_the_same_iteration_and_saves(tmp_path):
+@pytest.fixture(scope="module")
+def ctrl_c_run(tmp_path_factory):
+    """A 2-rank job stopped by Ctrl-C after its second iteration."""
+    log_dir = tmp_path_factory.mktemp("ctrl_c")
+    flags = ["--total-timesteps", "1000000", "--log-dir", str(log_dir)]
+    proc = torchrun_script(tmp_path_factory, *SMALL, *flags)
+    try:
+        deadline = time.time() + 120
+        while "iter 2/" not in proc.stdout.readline():
+            assert time.time() < deadline and proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # a hang: do not leave the job behind
+            proc.kill()
+    return proc.returncode, out, err, log_dir
+
+
+def test_ctrl_c_stops_every_rank_at_the_same_iteration_and_saves(ctrl_c_run):
     # torchrun passes SIGINT on to each rank; the ranks agree on the iteration to stop at, so none
     # waits in an all-reduce for one that has left, and rank 0 saves.
-    proc = torchrun(
-        "ppo_ddp.py", *SMALL, "--total-timesteps", "1000000", "--log-dir", str(tmp_path)
-    )
-    deadline = time.time() + 120
-    while "iter 2/" not in proc.stdout.readline():
-        assert time.time() < deadline and proc.poll() is None
-    proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, _, err, log_dir = ctrl_c_run
     assert "resume with: torchrun --nproc_per_node 2 ppo_ddp.py --resume " in err
-    ckpt = ppo_ddp.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
+    ckpt = ppo_ddp.load_checkpoint(str(next(log_dir.glob("*/checkpoint.pt"))))
     global_batch = 2 * 2 * 64  # ranks x envs x steps (SMALL)
     assert (
         ckpt["global_step"] >= 2 * global_batch
         and ckpt["global_step"] == ckpt["iteration"] * global_batch
     )
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="counts threads through /proc")
+@pytest.mark.parametrize("job", ["two_rank_run", "ctrl_c_run"])  # the end of a run, Ctrl-C
+def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(job, request):
+    # A gloo worker thread left running when Python shuts down may still be releasing the tensors of
+    # a collective; it then dies there and aborts the rank (std::terminate, exit code -6). Ctrl-C
+    # leaves through SystemExit, whose traceback keeps train()'s frame.
+    returncode, out, err, _ = request.getfixturevalue(job)
+    for rank in (0, 1):
+        assert f"rank {rank}: 0 gloo worker threads left" in out, err[-3000:]
+    assert returncode == 0 or job == "ctrl_c_run"
 
 
 # ---------------------------------------------------------------------------------------------
