@@ -165,7 +165,42 @@ def test_selection_scores_each_candidate_and_excludes_one_far_below_today():
     assert text[5].endswith("| – | no |")  # C: Ant 11 % below today, whatever else it does
     assert "| not run |" in text[5]
     rows.append(row("Hopper-v5", CANDIDATES["B"], 11, 3000))
-    assert "| Hopper-v5 | 3000 | – | 2609 | – |" in held_out_table(rows)
+    assert "| Hopper-v5 | 3000 | – | 2609 | – | not run | – | – |" in held_out_table(rows)
     for seed in (12, 13):
         rows.append(row("Hopper-v5", CANDIDATES["B"], seed, 3000))
-    assert "| Hopper-v5 | 3000, 3000, 3000 | 3000 | 2609 | 1.15 |" in held_out_table(rows)
+    rows.append(row("Hopper-v5", "", 3, 2000))  # today's defaults off the selection seeds
+    rows.append(row("Hopper-v5", "", 4, 1000))
+    table = held_out_table(rows)
+    winner = "| Hopper-v5 | 3000, 3000, 3000 | 3000 | 2609 | 1.15 |"
+    assert f"{winner} 2000 (seed 3), 1000 (seed 4) | 1500 | 2.00 |" in table
+
+
+def test_posture_measures_speed_and_flips_as_the_simulator_does():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import numpy as np
+    import torch
+    from posture import episode_posture
+
+    import ppo_continuous as ppo
+
+    # A random policy with saturated actions: HalfCheetah runs backwards and flips over.
+    torch.manual_seed(2)
+    agent = ppo.Agent(17, 6, ppo.Args())
+    with torch.no_grad():
+        agent.actor_mean[-1].weight.mul_(300)
+    measured = episode_posture(ppo, agent, "HalfCheetah-v5", 5)
+    # The same episode, measured from what the env reports and from the pitch joint (rooty).
+    envs = ppo.make_envs("HalfCheetah-v5", 1, 5)
+    obs, _ = envs.reset(seed=5)
+    velocities, flipped = [], []
+    for _ in range(999):  # the last step's info is the next episode's reset info
+        with torch.no_grad():
+            mean = agent.actor_mean(agent.normalize(torch.as_tensor(obs, dtype=torch.float32)))
+        action = ppo.scale_action(mean.numpy(), envs.single_action_space)
+        obs, _, _, _, info = envs.step(action)
+        velocities.append(info["x_velocity"][0])
+        flipped.append(np.cos(envs.envs[0].unwrapped.data.qpos[2]) < 0)  # the torso's up axis
+    assert measured["length"] == 1000
+    assert measured["speed"] == pytest.approx(np.mean(velocities), abs=0.02)
+    assert measured["upside_down"] == pytest.approx(np.mean(flipped), abs=0.01)
+    assert np.mean(velocities) < -0.2 and 0.2 < np.mean(flipped) < 0.9  # neither is trivial
