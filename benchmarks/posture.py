@@ -1,6 +1,5 @@
 """How trained policies move: forward speed and how often the torso is upside down, per episode of
-the deterministic policy (e.g. HalfCheetah seeds whose return is half the others' run on their
-back).
+the deterministic policy (does a low return come from a fall, a flip or a slow gait?).
 
     python benchmarks/posture.py --checkpoints benchmarks/runs/HalfCheetah-v5__*/checkpoint.pt
 
@@ -42,8 +41,8 @@ def is_upside_down(data, body: int) -> bool:
 
 @torch.no_grad()
 def episode_posture(script, agent, env_id: str, seed: int) -> dict:
-    """One deterministic episode: its return, length, mean forward speed of the torso and the
-    fraction of steps the torso's up axis points down (z component of its z axis below 0)."""
+    """One deterministic episode: its return, length, the torso's mean forward speed and the
+    fraction of steps it is upside down."""
     envs = script.make_envs(env_id, 1, seed)
     env = envs.envs[0].unwrapped
     torso = env.model.body("torso").id
