@@ -14,21 +14,23 @@ matter on MuJoCo ("The 37 Implementation Details of PPO", Huang et al. 2022), do
 
 Read top to bottom: Args, env, networks, the algorithm (GAE, loss, rollout, update) and train(),
 the outline of a run. Below train() come the research extras, then the harness (checkpoints,
-resume, Ctrl-C, evaluation, video, logging), which is the same in every script of the project.
+resume, signals, evaluation, video, logging), which is the same in every script of the project.
 
 Run:   python ppo_spo.py --env-id Hopper-v5
 Help:  python ppo_spo.py --help
 """
 
+import argparse
 import contextlib
 import dataclasses
-import gc
 import importlib.util
+import io
+import itertools
 import math
 import os
-import pickle
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -116,9 +118,9 @@ def make_envs(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.Vec
     """Sync vector env with SAME_STEP autoreset: the obs returned for a finished episode is the
     next episode's first one, and info["final_obs"] holds the last one, to bootstrap from."""
     autoreset = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-    try:
-        envs = gym.make_vec(env_id, num_envs, "sync", vector_kwargs=autoreset, **kwargs)
-    except gym.error.DependencyNotInstalled as e:
+    try:  # each env in a CheckedEnv (harness): flat observations, NaN or inf in one line
+        envs = gym.make_vec(env_id, num_envs, "sync", autoreset, [CheckedEnv], **kwargs)
+    except (gym.error.DependencyNotInstalled, ImportError) as e:  # ImportError: module:EnvId
         fail(f"cannot make {env_id}: {e}")
     except gym.error.Error as e:
         fail(f"unknown env id {env_id!r} ({type(e).__name__}: {e})")
@@ -436,9 +438,9 @@ def set_learning_rate(optimizers, scale: float):
 def train(args: Args) -> dict[str, float]:
     """Train with exactly these settings; with args.resume, go on with that checkpoint's run."""
     check_args(args)  # Harness: bad input in one line, before anything runs
-    gl_error = import_mujoco(args.capture_video)  # Harness: before any env loads MuJoCo
+    can_film = start_mujoco(args)  # Harness: before any env loads MuJoCo; one frame, if filmed
     if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
-        return evaluate_checkpoint(args, gl_error)
+        return evaluate_checkpoint(args, can_film)
     ckpt = load_checkpoint(args.resume) if args.resume is not None else None
     plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
     torch.manual_seed(args.seed)
@@ -454,11 +456,11 @@ def train(args: Args) -> dict[str, float]:
     progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
     if ckpt is not None:  # Harness: resume the saved state and progress
         progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
-    run = start_run(args, plan, gl_error)  # Harness: run directory, TensorBoard, start line
+    run = start_run(args, plan, can_film)  # Harness: run directory, start line
     loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
     carry = start_episodes(envs, progress["global_step"], args, device)
     last = plan["last_iteration"]
-    with catch_ctrl_c(run["checkpoint"]) as ctrl_c:  # Harness: Ctrl-C ends after an iteration
+    with run_guard(run, args) as signals:  # Harness: TensorBoard; a signal stops after an iteration
         for iteration in range(plan["first_iteration"], last + 1):
             if args.anneal_lr and args.desired_kl is None:
                 progress["lr_scale"] = 1.0 - (iteration - 1.0) / last
@@ -479,14 +481,15 @@ def train(args: Args) -> dict[str, float]:
             progress["global_step"] += plan["batch_size"]
             progress["iteration"] = iteration
 
+            check_finite(run, metrics, agent, progress)  # Harness: divergence ends in one line
             metrics = log_iteration(run, metrics, optimizers, carry, progress)  # Harness
             state = (agent, optimizers, reward_rms, args, progress)
-            stop = ctrl_c.is_set() and iteration < last
+            stop = signals.signum if iteration < last else 0  # Harness: the signal, if any
             evaluate_and_save(run, state, stop)  # Harness: --eval-every, best.pt, checkpoint.pt
-            if stop:
+            if stop:  # Harness
                 break
         envs.close()
-        return finish_run(run, state, metrics, stop)  # Harness: final evaluation, or exit 130
+        return finish_run(run, state, metrics, stop)  # Harness: final evaluation, or exit 128+n
 
 
 # Extras: research options and diagnostics, each called from one marked place above ---------------
@@ -543,6 +546,8 @@ def muon_params(agent: Agent) -> set[int]:
 def effective_rank(features: torch.Tensor) -> float:
     """exp(entropy of the normalized singular values) (Roy & Vetterli 2007): how many feature
     directions the actor really uses; a collapsing rank is a sign of lost plasticity."""
+    if not torch.isfinite(features).all():  # a diverged update, which check_finite reports
+        return math.nan
     s = torch.linalg.svdvals(features.double())
     p = s / s.sum().clamp_min(1e-12)
     return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
@@ -573,7 +578,7 @@ def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> 
     }
 
 
-# Harness: checkpoints, resume, Ctrl-C, evaluation, video, logging ---------------------------------
+# Harness: checkpoints, resume, signals, evaluation, video, logging --------------------------------
 def fail(message: str):
     """Bad input: one line on stderr and exit code 1, no traceback."""
     raise SystemExit(f"error: {message}")
@@ -612,18 +617,20 @@ def check_args(args: Args):
         fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
     if args.track and importlib.util.find_spec("wandb") is None:
         fail("--track needs wandb: pip install -r requirements-extras.txt")
-    check_writable(args.log_dir, "--log-dir")
+    if args.eval_checkpoint is None:
+        make_writable(args.log_dir, "--log-dir")
     if args.capture_video:
-        check_writable(args.video_dir, "--video-dir")
+        make_writable(args.video_dir, "--video-dir")
 
 
-def check_writable(path: str, flag: str):
-    """Found now, not after the training: the nearest existing folder of path is writable."""
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not (os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)):
-        fail(f"{flag} {path}: cannot write there ({existing} is not a writable folder)")
+def make_writable(path: str, flag_name: str):
+    """Made now, with a file in it (os.access says yes to root where a filesystem then refuses)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        open(os.path.join(path, f".write-check-{os.getpid()}"), "w").close()
+        os.remove(os.path.join(path, f".write-check-{os.getpid()}"))
+    except OSError as e:
+        fail(f"{flag_name} {path}: cannot write there ({e.strerror})")
 
 
 def plan_run(args: Args, ckpt: dict | None) -> dict:
@@ -642,6 +649,9 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
     first_iteration = global_step // batch_size + 1
     last_iteration = first_iteration - 1 + (args.total_timesteps - global_step) // batch_size
     if last_iteration < first_iteration:
+        if ckpt and ckpt["args"]["total_timesteps"] == args.total_timesteps:  # none typed
+            fail(f"the run of {args.resume} is complete at step {global_step}; to train on, "
+                 f"resume with a larger --total-timesteps (e.g. {2 * global_step})")  # fmt: skip
         fail(f"no whole batch of {batch_size} steps (num_envs x num_steps) fits between step "
              f"{global_step} and --total-timesteps {args.total_timesteps}")  # fmt: skip
     end_step = global_step + (last_iteration - first_iteration + 1) * batch_size
@@ -649,41 +659,49 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
             "batch_size": batch_size, "start_step": global_step, "end_step": end_step}  # fmt: skip
 
 
-def start_run(args: Args, plan: dict, gl_error: str | None) -> dict:
-    """The run's directory (a resumed run keeps its own), TensorBoard writer and video folder, and
-    the clock of its speed; prints the start line."""
-    run_dir = f"{args.log_dir}/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if args.resume is not None:
-        run_dir = run_dir_of(args.resume)
+def start_run(args: Args, plan: dict, can_film: bool) -> dict:
+    """The run's directory (a new one; a resumed run keeps its own), video folder and the clock
+    of its speed; prints the start line. (run_guard opens its TensorBoard writer.)"""
+    run_dir = run_dir_of(args.resume) if args.resume is not None else new_run_dir(args)
     run = {**plan, "dir": run_dir, "checkpoint": os.path.join(run_dir, "checkpoint.pt")}
-    run["writer"] = make_writer(run_dir, args)
-    run["videos"] = video_dir(args, run_dir, gl_error) if args.capture_video else None
+    run["videos"] = os.path.join(args.video_dir, os.path.basename(run_dir)) if can_film else None
     run["start_time"] = time.time()
     if plan["end_step"] != args.total_timesteps and args.total_timesteps != Args.total_timesteps:
-        print(
-            f"note: training to step {plan['end_step']}: --total-timesteps "
-            f"{args.total_timesteps} is not reached in whole batches of {plan['batch_size']}"
-        )
+        print(f"note: training to step {plan['end_step']}: --total-timesteps {args.total_timesteps}"
+              f" is not reached in whole batches of {plan['batch_size']}")  # fmt: skip
     print(f"{args.env_id}: iterations {plan['first_iteration']}-{plan['last_iteration']} of "
           f"{plan['batch_size']} steps ({args.num_envs} envs x {args.num_steps}) to step "
           f"{plan['end_step']}; logging to {run_dir}")  # fmt: skip
     return run
 
 
-def run_dir_of(checkpoint_path: str) -> str:
-    return os.path.dirname(os.path.abspath(checkpoint_path))
+def new_run_dir(args: Args) -> str:
+    """A folder of its own, made atomically (a run started in the same second as another gets -2,
+    -3, ...); a character other than a letter, digit, '.', '_' or '-' (':') becomes '_'."""
+    name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    base = os.path.join(args.log_dir, re.sub(r"[^\w.-]", "_", name))
+    for suffix in itertools.count(1):
+        path = base if suffix == 1 else f"{base}-{suffix}"
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)
+            return path
+
+
+def run_dir_of(path: str) -> str:
+    """The run directory of a checkpoint (or the directory itself)."""
+    return os.path.abspath(path) if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
 def make_writer(run_dir: str, args: Args) -> SummaryWriter:
     """TensorBoard writer of the run, with the settings as a table in its TEXT tab."""
-    os.makedirs(run_dir, exist_ok=True)
     if args.track:  # Extra: W&B mirrors every TensorBoard tag; a resumed run goes on in its run
         import wandb
 
+        # W&B's files: $WANDB_DIR or ./wandb (in the run directory it would sync its own copies)
         run_id = re.sub(r"[^A-Za-z0-9_-]", "-", os.path.basename(run_dir))[-64:]
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, id=run_id,
                    name=os.path.basename(run_dir), config=vars(args), sync_tensorboard=True,
-                   resume="allow", dir=run_dir)  # fmt: skip
+                   resume="allow")  # fmt: skip
     writer = SummaryWriter(run_dir)
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -691,9 +709,8 @@ def make_writer(run_dir: str, args: Args) -> SummaryWriter:
 
 
 def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: dict) -> dict:
-    """Write the iteration's metrics, its speed and learning rate to TensorBoard and print the
-    progress line. Returns what was written, with the mean return and length of the last 10
-    episodes (what train() returns)."""
+    """Write the iteration's metrics, speed and learning rate to TensorBoard, print the progress
+    line; return what was written, with the last 10 episodes' mean return and length."""
     step = progress["global_step"]
     logged = dict(metrics)
     logged["charts/SPS"] = int((step - run["start_step"]) / (time.time() - run["start_time"]))
@@ -708,59 +725,66 @@ def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: d
         shown = f"{logged['charts/episodic_return']:.1f}"
     sps = logged["charts/SPS"]
     eta = (run["end_step"] - step) / max(sps, 1)
+    eta = f"{int(eta // 86400)}d {time.strftime('%H:%M:%S', time.gmtime(eta))}"
     print(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
-          f"SPS {sps} | ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)  # fmt: skip
+          f"SPS {sps} | ETA {eta}", flush=True)  # fmt: skip
     return logged
 
 
-def evaluate_and_save(run: dict, state: tuple, stop: bool):
+def check_finite(run: dict, metrics: dict, agent, progress: dict):
+    """A diverged update (a NaN or inf loss, gradient norm or parameter) ends the run in one line,
+    before a checkpoint can hold it. (explained_variance is NaN for constant returns.)"""
+    bad = [k for k, v in metrics.items() if k.startswith("losses/") and not math.isfinite(v)]
+    bad = [k for k in bad if k != "losses/explained_variance"]
+    bad += [name for name, p in agent.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        last = run["checkpoint"] if os.path.exists(run["checkpoint"]) else "none yet"
+        fail(f"iteration {progress['iteration']} diverged ({', '.join(bad[:3])} not finite); try a "
+             f"lower --learning-rate or --max-grad-norm; last good checkpoint: {last}")  # fmt: skip
+
+
+def evaluate_and_save(run: dict, state: tuple, stop: int):
     """After an iteration: every --eval-every iterations a deterministic evaluation, keeping the
-    best policy as best.pt; checkpoint.pt every --checkpoint-every, at the end and on Ctrl-C."""
+    best policy as best.pt; checkpoint.pt every --checkpoint-every, at the end and on a stop."""
     agent, _, _, args, progress = state
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
-        video = run["videos"] and f"{run['videos']}/eval_step{step}.mp4"
-        seed = args.seed + EVAL_SEED_OFFSET
-        returns = evaluate(agent, args.env_id, args.eval_episodes, seed, video)
-        run["writer"].add_scalar("eval/periodic_return", np.mean(returns), step)
-        if np.mean(returns) > progress["best_eval"]:
-            progress["best_eval"] = float(np.mean(returns))
+        mean_return, _ = evaluate_run(agent, args, run["videos"], f"eval_step{step}")
+        run["writer"].add_scalar("eval/periodic_return", mean_return, step)
+        if mean_return > progress["best_eval"]:
+            progress["best_eval"] = mean_return
             save_checkpoint(os.path.join(run["dir"], "best.pt"), *state)
     periodic = args.checkpoint_every > 0 and iteration % args.checkpoint_every == 0
     if periodic or stop or iteration == run["last_iteration"]:
         save_checkpoint(run["checkpoint"], *state)
 
 
-def finish_run(run: dict, state: tuple, metrics: dict, stopped: bool) -> dict:
-    """After a Ctrl-C, exit with code 130 (checkpoint.pt is saved). Otherwise evaluate the final
-    policy deterministically and return the last iteration's metrics with its return."""
+def finish_run(run: dict, state: tuple, metrics: dict, stop: int) -> dict:
+    """After a stop signal, exit with code 128 + its number (checkpoint.pt is saved). Otherwise
+    evaluate the final policy deterministically; return the last iteration's metrics with it."""
     agent, _, _, args, progress = state
     step = progress["global_step"]
-    if stopped:
-        close_writer(run["writer"], args)
-        print(f"\ninterrupted at step {step}; resume with: {resume_command(run['checkpoint'])}",
-              file=sys.stderr)  # fmt: skip
-        raise SystemExit(130)
-    video = run["videos"] and f"{run['videos']}/eval_step{step}.mp4"
-    seed = args.seed + EVAL_SEED_OFFSET
-    returns = evaluate(agent, args.env_id, args.eval_episodes, seed, video)
-    metrics = {**metrics, "eval/episodic_return": float(np.mean(returns)), "global_step": step}
-    run["writer"].add_scalar("eval/episodic_return", metrics["eval/episodic_return"], step)
-    if args.track and video and os.path.exists(video):  # Extra: the final video to W&B too
-        import wandb
-
-        wandb.log({"eval/video": wandb.Video(video, format="mp4")})
-    close_writer(run["writer"], args)
-    print(f"deterministic eval over {args.eval_episodes} episodes: "
-          f"{metrics['eval/episodic_return']:.1f}; checkpoint: {run['checkpoint']}")  # fmt: skip
+    if stop:
+        close_writer(run, args)
+        print(f"\n{signal.Signals(stop).name}: stopped at step {step}; resume with: "
+              f"{resume_command(run['checkpoint'])}", file=sys.stderr)  # fmt: skip
+        raise SystemExit(128 + stop)
+    mean_return, video = evaluate_run(agent, args, run["videos"], f"eval_step{step}")
+    metrics = {**metrics, "eval/episodic_return": mean_return, "global_step": step}
+    run["writer"].add_scalar("eval/episodic_return", mean_return, step)
+    close_writer(run, args, video)
+    print(f"deterministic eval over {args.eval_episodes} episodes: {mean_return:.1f}; "
+          f"checkpoint: {run['checkpoint']}")  # fmt: skip
     return metrics
 
 
-def close_writer(writer: SummaryWriter, args: Args):
-    writer.close()
-    if args.track:
+def close_writer(run: dict, args: Args, video: str | None = None):
+    run["writer"].close()
+    if args.track:  # Extra: the final video to W&B too
         import wandb
 
+        if video and os.path.exists(video):
+            wandb.log({"eval/video": wandb.Video(video, format="mp4")})
         wandb.finish()
         wandb.teardown()  # finish() may return before wandb's service has written the run out
 
@@ -770,68 +794,88 @@ def resume_command(checkpoint_path: str) -> str:
 
 
 @contextlib.contextmanager
-def catch_ctrl_c(checkpoint_path: str):
-    """Inside, a first Ctrl-C sets the yielded event, which train() checks between iterations,
-    where all state is consistent (a KeyboardInterrupt inside TensorBoard's writer can hang its
-    close()). A second one stops at once, without saving, with exit code 130."""
-    ctrl_c = threading.Event()
+def run_guard(run: dict, args: Args):
+    """Opens the run's TensorBoard writer. Inside, a first SIGINT (Ctrl-C) or SIGTERM (preemption)
+    sets the yielded event and its .signum, which train() checks between iterations (a
+    KeyboardInterrupt inside TensorBoard's writer can hang its close()); a second stops at once,
+    without saving: exit code 128 + signal. A write error (a full disk) is one line."""
+    stop = threading.Event()
+    stop.signum = 0
 
-    def on_ctrl_c(signum, frame):
-        if ctrl_c.is_set():
+    def on_signal(signum, frame):
+        if stop.is_set():
             raise KeyboardInterrupt
-        ctrl_c.set()
-        message = b"\nCtrl-C: stopping after this iteration (press again to stop at once)\n"
-        os.write(sys.stderr.fileno(), message)
+        stop.signum = signum
+        stop.set()
+        os.write(2, f"\n{signal.Signals(signum).name}: stopping after this iteration\n".encode())
 
-    previous = None  # signal handlers can only be set on the main thread
+    previous = {}  # signal handlers can only be set on the main thread
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, on_ctrl_c)
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    thread_hook, threading.excepthook = threading.excepthook, quiet_write_errors
     try:
-        yield ctrl_c
+        run["writer"] = make_writer(run["dir"], args) if run["dir"] else None  # ppo_ddp: rank 0
+        yield stop
     except KeyboardInterrupt:  # the state may be half-updated, so none is saved
-        last = checkpoint_path if os.path.exists(checkpoint_path) else "none yet"
+        last = run["checkpoint"] if os.path.exists(run["checkpoint"]) else "none yet"
         print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
-        raise SystemExit(130)
+        raise SystemExit(128 + (stop.signum or signal.SIGINT))
+    except OSError as e:  # TensorBoard's log or a video (BrokenPipeError: stdout, __main__'s)
+        if isinstance(e, BrokenPipeError):
+            raise
+        fail(write_error(e, e.filename or run["dir"]))
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        threading.excepthook = thread_hook
+
+
+def quiet_write_errors(hook_args):
+    """TensorBoard's writer thread dies of a write error, which train() says in one line when it
+    next writes: no thread traceback before that."""
+    if not issubclass(hook_args.exc_type, OSError):
+        threading.__excepthook__(hook_args)
+
+
+def write_error(e: OSError, where: str) -> str:
+    return f"{(e.strerror or str(e)).lower()} while writing {where}"
 
 
 def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progress: dict):
-    """Atomic (a crash leaves no truncated file), tensors and plain values only. progress holds
-    global_step, iteration, lr_scale and best_eval. torch's is the only generator the run draws
-    from (the envs have their own, reseeded on resume)."""
-    state = {
-        "script": SCRIPT_NAME,
-        "env_id": args.env_id,
-        "obs_dim": agent.obs_rms.mean.shape[0],
-        "act_dim": agent.actor_logstd.shape[0],
-        "args": dataclasses.asdict(args),
-        "agent": agent.state_dict(),
-        "optimizers": [opt.state_dict() for opt in optimizers],
-        "reward_rms": reward_rms.state_dict(),
-        "rng": {"torch": torch.get_rng_state()},
-        **progress,
-    }
-    torch.save(state, f"{path}.tmp")
-    os.replace(f"{path}.tmp", path)
+    """Atomic (a crash or a full disk leaves the last checkpoint as it was, and no .tmp), tensors
+    and plain values only. progress holds global_step, iteration, lr_scale and best_eval. torch's
+    is the only generator the run draws from (the envs have their own, reseeded on resume)."""
+    state = {"script": SCRIPT_NAME, "env_id": args.env_id, "args": dataclasses.asdict(args),
+             "obs_dim": agent.obs_rms.mean.shape[0], "act_dim": agent.actor_logstd.shape[0],
+             "agent": agent.state_dict(), "reward_rms": reward_rms.state_dict(),
+             "optimizers": [opt.state_dict() for opt in optimizers],
+             "rng": {"torch": torch.get_rng_state()}, **progress}  # fmt: skip
+    data = io.BytesIO()  # serialized first: a full disk then fails in write(), with its errno
+    torch.save(state, data)
+    try:
+        with open(f"{path}.tmp", "wb") as file:
+            file.write(data.getbuffer())
+        os.replace(f"{path}.tmp", path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(f"{path}.tmp")
+        fail(write_error(e, path))
 
 
 def load_checkpoint(path: str) -> dict:
-    """weights_only=True unpickles only tensors and plain values: a crafted file cannot run code."""
+    """weights_only=True unpickles only tensors and plain values: a crafted file cannot run code.
+    A run directory stands for its checkpoint.pt."""
     if os.path.isdir(path):
-        fail(f"checkpoint {path} is a directory, not a file")
+        path = os.path.join(path, "checkpoint.pt")
     if not os.path.exists(path):
         fail(f"checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        if "GLOBAL" in str(e):  # a class or function to import: what a crafted file needs
-            fail(f"refusing {path}: it holds objects other than tensors and plain values")
-        fail(f"{path} is not a torch checkpoint (empty, corrupt or truncated)")
     except OSError as e:
         fail(f"cannot read checkpoint {path}: {e.strerror}")
-    except Exception:  # noqa: BLE001 - torch raises many kinds for a file that is not its own
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a file that is not its own
+        if "GLOBAL" in str(e):  # a class or function to import: what a crafted file needs
+            fail(f"refusing {path}: it holds objects other than tensors and plain values")
         fail(f"{path} is not a torch checkpoint (empty, corrupt or truncated)")
     script = ckpt.get("script") if isinstance(ckpt, dict) else None
     if script != SCRIPT_NAME:
@@ -873,19 +917,22 @@ def saved_args(ckpt: dict) -> Args:
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    """The command line. With --resume it is parsed again with the saved settings as defaults,
-    so every flag the user typed wins (even one set back to its default)."""
-    args = tyro.cli(Args, args=argv, description=__doc__)
-    if args.eval_checkpoint is not None:  # an --env-id typed beside it must be the saved one
-        saved_env = load_checkpoint(args.eval_checkpoint)["env_id"]
-        default = dataclasses.replace(args, env_id=saved_env)
-        args = tyro.cli(Args, args=argv, default=default, description=__doc__)
-        if args.env_id != saved_env:
-            fail(f"{args.eval_checkpoint} holds a policy for {saved_env}, not for {args.env_id}")
-    if args.resume is None:
-        return args
-    default = saved_args(load_checkpoint(args.resume))
-    return tyro.cli(Args, args=argv, default=default, description=__doc__)
+    """The command line in one pass: the saved settings of a --resume run (the env of an
+    --eval-checkpoint) are the defaults, so every flag typed wins, even one set back to its
+    default. --help shows the docstring's first line (tyro would join the rest's lines)."""
+    paths = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    paths.add_argument("--resume")
+    paths.add_argument("--eval-checkpoint")
+    found = paths.parse_known_args(argv)[0]
+    default = Args()
+    if found.eval_checkpoint is not None:
+        default.env_id = load_checkpoint(found.eval_checkpoint)["env_id"]
+    elif found.resume is not None:
+        default = saved_args(load_checkpoint(found.resume))
+    args = tyro.cli(Args, args=argv, default=default, description=__doc__.splitlines()[0])
+    if args.eval_checkpoint is not None and args.env_id != default.env_id:
+        fail(f"{args.eval_checkpoint} holds a policy for {default.env_id}, not for {args.env_id}")
+    return args
 
 
 @torch.no_grad()
@@ -917,38 +964,69 @@ def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, video_path=Non
     return returns.tolist()
 
 
-def evaluate_checkpoint(args: Args, gl_error: str | None) -> dict[str, float]:
+def evaluate_run(agent: Agent, args: Args, videos: str | None, name: str):
+    """The mean deterministic return over --eval-episodes, on seeds the training envs never see,
+    and the video of the first episode (videos/name.mp4; None without a video folder)."""
+    video = videos and f"{videos}/{name}.mp4"
+    returns = evaluate(agent, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, video)
+    return float(np.mean(returns)), video
+
+
+def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     """--eval-checkpoint: the saved policy's deterministic return; with --capture-video, filmed."""
     ckpt = load_checkpoint(args.eval_checkpoint)
     agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
     agent.load_state_dict(ckpt["agent"])
-    seed = args.seed + EVAL_SEED_OFFSET
-    video = None
-    if args.capture_video:
-        videos = video_dir(args, run_dir_of(args.eval_checkpoint), gl_error)
-        video = videos and f"{videos}/eval_checkpoint_step{ckpt['global_step']}.mp4"
-    returns = evaluate(agent, ckpt["env_id"], args.eval_episodes, seed, video)
-    print(f"{ckpt['env_id']}: deterministic return {np.mean(returns):.1f} ± "
-          f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
-    return {"eval/episodic_return": float(np.mean(returns))}
+    videos = os.path.join(args.video_dir, os.path.basename(run_dir_of(args.eval_checkpoint)))
+    name = f"eval_checkpoint_step{ckpt['global_step']}"
+    args = dataclasses.replace(args, env_id=ckpt["env_id"])
+    mean_return, _ = evaluate_run(agent, args, videos if can_film else None, name)
+    print(f"{args.env_id}: deterministic return {mean_return:.1f} over {args.eval_episodes} "
+          "episodes")  # fmt: skip
+    return {"eval/episodic_return": mean_return}
 
 
-def import_mujoco(video: bool) -> str | None:
-    """Import MuJoCo, which loads the MUJOCO_GL renderer. If that fails (MUJOCO_GL=osmesa without
-    libosmesa6), import it without rendering so training still runs, and return why."""
-    if video and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("MUJOCO_GL", "egl")  # no screen: render offscreen
-    error = None
+class CheckedEnv(gym.Wrapper):
+    """Each env of make_envs: a Dict or Tuple observation flattened into one vector (by gymnasium's
+    FlattenObservation), and a NaN or inf that the env returns (a custom env's bug) in one line."""
+
+    steps = 0
+
+    def __init__(self, env: gym.Env):
+        env = gym.wrappers.FlattenObservation(env)
+        if not isinstance(env.observation_space, gym.spaces.Box):  # a Graph or Sequence inside
+            fail(f"{env.spec.id}: its observation space cannot be flattened into a vector")
+        super().__init__(env)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if not (math.isfinite(reward) and np.isfinite(obs).all()):
+            fail(f"{self.spec.id} returned a non-finite observation or reward at its step "
+                 f"{self.steps} (reward {reward})")  # fmt: skip
+        return obs, reward, terminated, truncated, info
+
+
+def start_mujoco(args: Args) -> bool:
+    """Before any env loads MuJoCo, its renderer (MUJOCO_GL): EGL, offscreen, without a screen;
+    none if its library cannot load (training still runs). With --capture-video, a frame is
+    rendered first; if that fails, one line, and no video. Returns whether to film evaluations."""
+    if args.capture_video and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    error = rendering_error(args.env_id) if args.capture_video else None
     try:
-        import mujoco
+        importlib.import_module("mujoco").set_mju_user_warning(mujoco_warning)
     except ModuleNotFoundError:  # no MuJoCo: other gymnasium envs still work
-        return None
-    except Exception as e:  # noqa: BLE001 - whatever the GL library raised
-        error = f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(e).__name__}: {e}".splitlines()[0]
+        pass
+    except Exception as e:  # noqa: BLE001 - the GL library failed (osmesa without libosmesa6)
+        error = error or f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {type(e).__name__}: {e}"
         os.environ["MUJOCO_GL"] = "disable"
-        import mujoco
-    mujoco.set_mju_user_warning(mujoco_warning)
-    return error
+        importlib.import_module("mujoco").set_mju_user_warning(mujoco_warning)
+    if args.capture_video and error:
+        print(f"warning: --capture-video: cannot render {args.env_id} offscreen ({error}); set "
+              "MUJOCO_GL=egl (apt-get install libegl1 libgl1-mesa-dri) or MUJOCO_GL=osmesa "
+              "(libosmesa6). Training continues without video.", file=sys.stderr)  # fmt: skip
+    return args.capture_video and not error
 
 
 def mujoco_warning(message: str):
@@ -964,36 +1042,17 @@ def render_kwargs(env_id: str) -> dict:
 
 
 def rendering_error(env_id: str) -> str | None:
-    """Render one frame offscreen; return why that failed, or None if it works."""
-    error = None
-    # A renderer that fails half-built fails again in its __del__, which Python would print.
-    previous_hook = sys.unraisablehook
-    sys.unraisablehook = lambda unraisable: None
-    try:
-        import imageio_ffmpeg  # noqa: F401 - the MP4 writer, checked now rather than at the end
-
-        env = gym.make(env_id, **render_kwargs(env_id))
-        env.reset(seed=0)
-        if env.render() is None:
-            error = "the env rendered no frame"
-        env.close()
-    except Exception as e:  # noqa: BLE001 - any failure means: no video, say why, keep training
-        error = f"{type(e).__name__}: {e}".splitlines()[0]
-    env = None
-    gc.collect()
-    sys.unraisablehook = previous_hook
-    return error
-
-
-def video_dir(args: Args, run_dir: str, gl_error: str | None) -> str | None:
-    """Where --capture-video writes; None (with one warning line) if no frame can be rendered."""
-    error = gl_error or rendering_error(args.env_id)
-    if error is None:
-        return os.path.join(args.video_dir, os.path.basename(run_dir))
-    print(f"warning: --capture-video: cannot render {args.env_id} offscreen ({error}); without "
-          "a screen set MUJOCO_GL=egl (apt-get install libegl1 libgl1-mesa-dri) or MUJOCO_GL="
-          "osmesa (libosmesa6). Training continues without video.", file=sys.stderr)  # fmt: skip
-    return None
+    """Render one frame in a child process, with the MP4 writer's import; None if that works, else
+    why not (a failing GL library can fail again when collected, or take its process down)."""
+    probe = f"import os, sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+    probe += f"try:\n    import imageio_ffmpeg, gymnasium as gym, {SCRIPT_NAME} as script\n"
+    probe += "    env = gym.make(sys.argv[1], **script.render_kwargs(sys.argv[1]))\n"
+    probe += "    env.reset(seed=0)\n    assert env.render() is not None, 'no frame rendered'\n"
+    probe += "except Exception as e:\n    print(f'{type(e).__name__}: {e}'.splitlines()[0])\n"
+    probe += "    os._exit(1)  # no __del__ of a half-built renderer"
+    result = subprocess.run([sys.executable, "-c", probe, env_id], capture_output=True, text=True)
+    error = result.stdout.strip() or f"exit code {result.returncode}"
+    return f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {error}" if result.returncode else None
 
 
 if __name__ == "__main__":

@@ -217,18 +217,15 @@ def test_a_renderer_that_cannot_load_is_one_line_and_training_goes_on(script, tm
     assert result.returncode == 0, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("warning: --capture-video") and "MUJOCO_GL=bogus" in line
-    assert "deterministic eval" in result.stdout and not (tmp_path / "videos").exists()
+    assert "deterministic eval" in result.stdout and not list(tmp_path.rglob("*.mp4"))
 
 
-@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
-def test_a_half_built_renderer_does_not_print_its_del_failure(script, monkeypatch):
-    # gymnasium's OffScreenViewer fails in __del__ when its GL context never came up (EGL without
-    # a vendor library); Python would print that as "Exception ignored in ...".
-    from gymnasium.envs.mujoco import mujoco_rendering
-
-    def no_context(*_):
-        raise RuntimeError("Cannot initialize a EGL device display")
-
-    monkeypatch.setattr(mujoco_rendering.OffScreenViewer, "_get_opengl_backend", no_context)
+def test_the_rendering_check_runs_apart_and_says_why_it_failed(monkeypatch, capfd):
+    # A GL library that fails can fail again when its half-built renderer is collected (EGL without
+    # a vendor library), or take the process down: the check renders in a child process.
+    script = importlib.import_module("ppo_continuous")
+    assert script.rendering_error("Hopper-v5") is None  # EGL with Mesa, as CI installs it
+    monkeypatch.setenv("MUJOCO_GL", "bogus")
     error = script.rendering_error("Hopper-v5")
-    assert error == "RuntimeError: Cannot initialize a EGL device display"
+    assert error.startswith("MUJOCO_GL=bogus: ") and "bogus" in error.split(": ", 1)[1]
+    assert capfd.readouterr() == ("", "")

@@ -109,7 +109,7 @@ def test_files_that_are_not_checkpoints_say_what_is_wrong(script, saved_run, tmp
         ("empty.pt", "is not a torch checkpoint"),
         ("truncated.pt", "is not a torch checkpoint"),
         ("incomplete.pt", "is not a complete checkpoint \\(missing: reward_rms\\)"),
-        ("", "is a directory, not a file"),
+        ("", "checkpoint not found: .*checkpoint.pt"),  # a run directory without one
     ]:
         path = str(tmp_path / name)
         with pytest.raises(SystemExit, match=message):

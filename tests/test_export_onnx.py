@@ -150,3 +150,38 @@ def test_without_onnxruntime_the_export_names_the_pip_command(tmp_path, monkeypa
         SystemExit, match="needs onnxruntime: pip install -r requirements-extras.txt"
     ):
         export_onnx.main(export_onnx.Args(checkpoint=str(tmp_path / "any.pt")))
+
+
+def test_a_dict_observation_run_exports_from_its_directory(tmp_path, capsys):
+    # Flattened in training, so in the export too: 5 numbers (see toy_envs.DictObservations).
+    ppo = importlib.import_module("ppo_continuous")
+    fields = dict(env_id="toy_envs:DictObservations-v0", total_timesteps=64, num_envs=2)
+    fields.update(num_steps=16, num_minibatches=2, update_epochs=1, log_dir=str(tmp_path / "runs"))
+    ppo.train(ppo.Args(**fields))
+    (run_dir,) = (tmp_path / "runs").glob("*")
+    export_onnx.main(export_onnx.Args(checkpoint=str(run_dir), check=2))  # the directory
+    session = onnxruntime.InferenceSession(str(run_dir / "policy.onnx"))
+    assert session.get_inputs()[0].shape[1] == 5
+    assert "onnxruntime deterministic return 5.0" in capsys.readouterr().out
+
+
+def test_a_full_disk_while_exporting_is_one_line(tmp_path):
+    trained_dir = tmp_path / "runs"
+    ppo = importlib.import_module("ppo_continuous")
+    fields = dict(env_id="Hopper-v5", total_timesteps=64, num_envs=2, num_steps=32)
+    ppo.train(ppo.Args(num_minibatches=2, update_epochs=1, log_dir=str(trained_dir), **fields))
+    (run_dir,) = trained_dir.glob("*")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(disk)])
+    if mounted.returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        output = disk / "policy.onnx"
+        with pytest.raises(
+            SystemExit, match=f"^error: no space left on device while writing {output}$"
+        ):
+            export_onnx.main(export_onnx.Args(checkpoint=str(run_dir), output=str(output)))
+        assert not list(disk.iterdir())
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)

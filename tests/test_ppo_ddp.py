@@ -158,7 +158,7 @@ def test_advantages_are_normalized_with_the_global_batch(two_rank_checks):
 # Two ranks on the CPU
 # ---------------------------------------------------------------------------------------------
 # The jobs of the fixtures below run the script through this driver, so that each also shows
-# that destroy_process_group stops gloo's threads, at the end of a run and after Ctrl-C.
+# that destroy_process_group stops gloo's threads, at the end of a run and after SIGTERM.
 LATE_COLLECTIVE = """
 import os, runpy, sys, time, torch, torch.distributed as dist
 
@@ -359,8 +359,9 @@ def test_a_killed_rank_brings_the_job_down_without_hanging(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def ctrl_c_run(tmp_path_factory):
-    """A 2-rank job stopped by Ctrl-C after its second iteration."""
+def sigterm_run(tmp_path_factory):
+    """A 2-rank job stopped by SIGTERM (a cluster's preemption) after its second iteration:
+    torchrun passes it on to each rank, as it does Ctrl-C's SIGINT."""
     log_dir = tmp_path_factory.mktemp("ctrl_c")
     flags = ["--total-timesteps", "1000000", "--log-dir", str(log_dir)]
     proc = torchrun_script(tmp_path_factory, *SMALL, *flags)
@@ -368,7 +369,7 @@ def ctrl_c_run(tmp_path_factory):
         deadline = time.time() + 120
         while "iter 2/" not in proc.stdout.readline():
             assert time.time() < deadline and proc.poll() is None
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:  # a hang: do not leave the job behind
@@ -376,10 +377,11 @@ def ctrl_c_run(tmp_path_factory):
     return proc.returncode, out, err, log_dir
 
 
-def test_ctrl_c_stops_every_rank_at_the_same_iteration_and_saves(ctrl_c_run):
-    # torchrun passes SIGINT on to each rank; the ranks agree on the iteration to stop at, so none
-    # waits in an all-reduce for one that has left, and rank 0 saves.
-    _, _, err, log_dir = ctrl_c_run
+def test_sigterm_stops_every_rank_at_the_same_iteration_and_saves(sigterm_run):
+    # The ranks agree on the iteration to stop at, so none waits in an all-reduce for one that has
+    # left, and rank 0 saves.
+    _, _, err, log_dir = sigterm_run
+    assert "SIGTERM: stopped at step " in err
     assert "resume with: torchrun --nproc_per_node 2 ppo_ddp.py --resume " in err
     ckpt = ppo_ddp.load_checkpoint(str(next(log_dir.glob("*/checkpoint.pt"))))
     global_batch = 2 * 2 * 64  # ranks x envs x steps (SMALL)
@@ -390,7 +392,7 @@ def test_ctrl_c_stops_every_rank_at_the_same_iteration_and_saves(ctrl_c_run):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="counts threads through /proc")
-@pytest.mark.parametrize("job", ["two_rank_run", "ctrl_c_run"])  # the end of a run, Ctrl-C
+@pytest.mark.parametrize("job", ["two_rank_run", "sigterm_run"])  # the end of a run, SIGTERM
 def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(job, request):
     # A gloo worker thread left running when Python shuts down may still be releasing the tensors of
     # a collective; it then dies there and aborts the rank (std::terminate, exit code -6). Ctrl-C
@@ -398,7 +400,7 @@ def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(job, 
     returncode, out, err, _ = request.getfixturevalue(job)
     for rank in (0, 1):
         assert f"rank {rank}: 0 gloo worker threads left" in out, err[-3000:]
-    assert returncode == 0 or job == "ctrl_c_run"
+    assert returncode == 0 or job == "sigterm_run"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,12 +431,14 @@ def test_only_rank_0_tracks_with_wandb(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")  # torchrun passes the environment on
     monkeypatch.setenv("WANDB_SILENT", "true")
-    flags = ["--total-timesteps", "256", "--log-dir", str(tmp_path), "--track"]
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))  # torchrun runs in the repository
+    flags = ["--total-timesteps", "256", "--log-dir", str(tmp_path / "runs"), "--track"]
     proc = torchrun("ppo_ddp.py", *SMALL, *flags)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
-    (run_dir,) = tmp_path.glob("*")
-    (offline_run,) = (run_dir / "wandb").glob("offline-run-*")  # one W&B run: rank 0's
+    (run_dir,) = (tmp_path / "runs").glob("*")
+    assert not list(run_dir.rglob("*wandb*"))
+    (offline_run,) = (tmp_path / "wandb").glob("offline-run-*")  # one W&B run: rank 0's
     (data,) = offline_run.glob("run-*.wandb")
     assert b"losses/policy_loss" in data.read_bytes()
 

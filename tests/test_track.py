@@ -1,8 +1,9 @@
-"""--track: Weights & Biases mirrors the TensorBoard tags (offline here: no network), and a resumed
-run continues the same W&B run."""
+"""--track: Weights & Biases mirrors the TensorBoard tags once (offline here: no network), its files
+stay out of the run directory, and a resumed run continues the same W&B run."""
 
 import importlib
 import shutil
+import struct
 
 import pytest
 from test_checkpoints_and_cli import only_checkpoint, small_args
@@ -11,8 +12,10 @@ pytest.importorskip("wandb")
 
 
 def go_offline(monkeypatch):
+    """Offline, and W&B's files where it puts them for a user: ./wandb (the test's own folder)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
 
 
 @pytest.fixture(autouse=True)
@@ -24,56 +27,89 @@ def offline(monkeypatch):
 def tracked_run(tmp_path_factory):
     """The run directory of one tracked ppo_continuous run with its final video (each W&B run
     costs seconds, so the tests below share it)."""
-    log_dir = tmp_path_factory.mktemp("tracked")
+    cwd = tmp_path_factory.mktemp("cwd")
     script = importlib.import_module("ppo_continuous")
-    args = small_args(script, log_dir, track=True, capture_video=True)
-    args.video_dir = str(log_dir / "videos")
+    args = small_args(script, cwd / "runs", track=True, capture_video=True)
+    args.video_dir = str(cwd / "videos")
     with pytest.MonkeyPatch.context() as monkeypatch:
         go_offline(monkeypatch)
+        monkeypatch.chdir(cwd)
         script.train(args)
-    (run_dir,) = log_dir.glob("Walker2d*")
+    (run_dir,) = (cwd / "runs").glob("Walker2d*")
     return run_dir
 
 
-def wandb_runs(run_dir):
-    """The offline W&B runs in a run directory: {folder name: the bytes of its .wandb file}."""
+def wandb_runs(cwd):
+    """The offline W&B runs in cwd/wandb: {folder name: the bytes of its .wandb file}."""
     runs = {}
-    for folder in sorted((run_dir / "wandb").glob("offline-run-*")):
+    for folder in sorted((cwd / "wandb").glob("offline-run-*")):
         (data,) = folder.glob("run-*.wandb")
         runs[folder.name] = data.read_bytes()
     return runs
 
 
-def assert_mirrors_the_tensorboard_tags(run_dir):
-    (data,) = wandb_runs(run_dir).values()
-    for tag in (b"losses/policy_loss", b"charts/learning_rate", b"eval/episodic_return"):
-        assert tag in data, tag
+def history_rows(data: bytes) -> dict[str, int]:
+    """How many history rows of a .wandb file hold each key. The file is a log of 32 KiB blocks
+    after a 7-byte header, each record a 7-byte header (checksum, length, full/first/middle/last)
+    and a protobuf Record."""
+    from wandb.proto import wandb_internal_pb2
+
+    rows, position, record = {}, 7, b""
+    while position + 7 <= len(data):
+        if 32768 - position % 32768 < 7:  # no room for a header: the block is padded
+            position += 32768 - position % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        record += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):  # a whole record, or the last part of one
+            parsed = wandb_internal_pb2.Record.FromString(record)
+            for item in parsed.history.item if parsed.HasField("history") else []:
+                key = item.key or "/".join(item.nested_key)
+                rows[key] = rows.get(key, 0) + 1
+            record = b""
+    return rows
+
+
+def assert_mirrors_the_tensorboard_tags_once(run_dir, iterations: int):
+    """One event file, W&B's files outside the run directory, and one W&B row per logged step."""
+    assert [path.name for path in run_dir.parent.rglob("events.out.tfevents*")] == [
+        path.name for path in run_dir.glob("events.out.tfevents*")
+    ]
+    assert len(list(run_dir.glob("events.out.tfevents*"))) == 1
+    assert not list(run_dir.rglob("*wandb*"))
+    (data,) = wandb_runs(run_dir.parent.parent).values()
+    rows = history_rows(data)
+    assert rows["charts/learning_rate"] == iterations and rows["losses/policy_loss"] == iterations
+    assert rows["eval/episodic_return"] == 1
     assert run_dir.name.encode() in data  # the run's name: the run directory's
 
 
-def test_track_writes_the_tensorboard_tags_to_an_offline_wandb_run(tracked_run):
-    assert_mirrors_the_tensorboard_tags(tracked_run)
+def test_track_writes_each_tensorboard_scalar_once_to_an_offline_wandb_run(tracked_run):
+    assert_mirrors_the_tensorboard_tags_once(tracked_run, iterations=2)
 
 
-def test_appo_vtrace_tracks_the_same_way(tmp_path):  # DDP: test_ppo_ddp.py
+def test_appo_vtrace_tracks_the_same_way(tmp_path, monkeypatch):  # DDP: test_ppo_ddp.py
     script = importlib.import_module("appo_vtrace")
-    script.train(small_args(script, tmp_path, track=True))
-    (run_dir,) = tmp_path.glob("*")
-    assert_mirrors_the_tensorboard_tags(run_dir)
+    monkeypatch.chdir(tmp_path)
+    script.train(small_args(script, tmp_path / "runs", track=True))
+    (run_dir,) = (tmp_path / "runs").glob("*")
+    assert_mirrors_the_tensorboard_tags_once(run_dir, iterations=2)
 
 
 def test_the_final_video_goes_to_wandb_too(tracked_run):
-    (data,) = wandb_runs(tracked_run).values()
+    (data,) = wandb_runs(tracked_run.parent.parent).values()
     assert b"eval/video" in data
 
 
-def test_a_resumed_run_goes_on_in_the_same_wandb_run(tracked_run, tmp_path):
+def test_a_resumed_run_goes_on_in_the_same_wandb_run(tracked_run, tmp_path, monkeypatch):
     script = importlib.import_module("ppo_continuous")
-    shutil.copytree(tracked_run, tmp_path / tracked_run.name)
-    path = only_checkpoint(tmp_path)
+    shutil.copytree(tracked_run, tmp_path / "runs" / tracked_run.name)
+    shutil.copytree(tracked_run.parent.parent / "wandb", tmp_path / "wandb")
+    monkeypatch.chdir(tmp_path)
+    path = only_checkpoint(tmp_path / "runs")
     resume = ["--resume", path, "--total-timesteps", "384", "--no-capture-video"]
     script.train(script.parse_args(resume))
-    (run_dir,) = tmp_path.glob("*")
-    runs = wandb_runs(run_dir)
+    runs = wandb_runs(tmp_path)
     assert len(runs) == 2  # one per process, both with the run id derived from the directory
-    assert all(folder.endswith(f"-{run_dir.name}") for folder in runs), list(runs)
+    assert all(folder.endswith(f"-{tracked_run.name}") for folder in runs), list(runs)

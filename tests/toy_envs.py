@@ -56,3 +56,60 @@ class CountsSteps(AlwaysTruncates):
 
 if "CountsSteps-v0" not in gym.registry:
     gym.register("CountsSteps-v0", entry_point=CountsSteps)
+
+
+class DictObservations(AlwaysTruncates):
+    """AlwaysTruncates with a Dict observation that holds a Tuple: 2 + 1 + 2 (one-hot) = 5 numbers
+    once flattened. Its step count is one of them, so the flat vector changes."""
+
+    observation_space = gym.spaces.Dict(
+        position=gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        extra=gym.spaces.Tuple(
+            (gym.spaces.Box(0.0, 5.0, (1,), np.float32), gym.spaces.Discrete(2))
+        ),
+    )
+
+    def observation(self):
+        return {"position": np.zeros(2, np.float32), "extra": (np.full(1, self.t, np.float32), 1)}
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation(), {}
+
+    def step(self, action):
+        _, reward, terminated, truncated, info = super().step(action)
+        return self.observation(), reward, terminated, truncated, info
+
+
+class GraphObservations(AlwaysTruncates):
+    """A Dict observation with a Graph inside: no flat vector can hold it."""
+
+    observation_space = gym.spaces.Dict(
+        graph=gym.spaces.Graph(gym.spaces.Box(0.0, 1.0, (2,)), None)
+    )
+
+
+class BecomesNonFinite(AlwaysTruncates):
+    """AlwaysTruncates whose observation (what="observation") or reward (what="reward") is NaN at
+    step 3: a custom env's bug."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.t == 3 and self.what == "observation":
+            obs = np.full(1, np.nan, np.float32)
+        if self.t == 3 and self.what == "reward":
+            reward = float("inf")
+        return obs, reward, terminated, truncated, info
+
+
+for name, entry_point, kwargs in [
+    ("DictObservations-v0", DictObservations, {}),
+    ("GraphObservations-v0", GraphObservations, {}),
+    ("NonFiniteObservation-v0", BecomesNonFinite, {"what": "observation"}),
+    ("NonFiniteReward-v0", BecomesNonFinite, {"what": "reward"}),
+]:
+    if name not in gym.registry:
+        gym.register(name, entry_point=entry_point, kwargs=kwargs)

@@ -12,8 +12,10 @@ obs_dim]; output "action", float32 [batch, act_dim]; the batch size is dynamic.
 seeds of the script's --eval-checkpoint, and prints the mean return.
 """
 
+import contextlib
 import importlib
 import importlib.util
+import io
 import json
 import os
 import pickle
@@ -32,7 +34,7 @@ SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
 
 @dataclass
 class Args:
-    checkpoint: tyro.conf.Positional[str]  # checkpoint.pt or best.pt of a run
+    checkpoint: tyro.conf.Positional[str]  # checkpoint.pt or best.pt of a run, or its directory
     output: str | None = None  # the ONNX file to write; None: policy.onnx beside the checkpoint
     check: int = 0  # run this many deterministic episodes in onnxruntime, print the mean return
     seed: int = 1  # with --check: the --seed of the script's --eval-checkpoint to compare with
@@ -90,13 +92,14 @@ def export(policy: DeployedPolicy, ckpt: dict, output: str):
     import onnx
 
     obs = torch.zeros(2, ckpt["obs_dim"])
+    graph = io.BytesIO()  # in memory: the file is written once, below
     with warnings.catch_warnings():  # torch's notes on its exporters
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            policy, (obs,), output, input_names=["obs"], output_names=["action"],
+            policy, (obs,), graph, input_names=["obs"], output_names=["action"],
             dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, dynamo=False,
         )  # fmt: skip
-    model = onnx.load(output)
+    model = onnx.load_from_string(graph.getvalue())
     metadata = {
         "script": ckpt["script"],
         "env_id": ckpt["env_id"],
@@ -108,7 +111,14 @@ def export(policy: DeployedPolicy, ckpt: dict, output: str):
     }
     for key, value in metadata.items():
         model.metadata_props.add(key=key, value=json.dumps(value))
-    onnx.save(model, output)
+    try:  # atomic: a full disk leaves no half-written file (and an older one as it was)
+        with open(f"{output}.tmp", "wb") as file:
+            file.write(model.SerializeToString())
+        os.replace(f"{output}.tmp", output)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(f"{output}.tmp")
+        fail(f"{(e.strerror or str(e)).lower()} while writing {output}")
 
 
 def check(module, output: str, env_id: str, episodes: int, seed: int) -> list[float]:
@@ -135,10 +145,13 @@ def main(args: Args):
             fail(f"the export needs {package}: pip install -r requirements-extras.txt")
     if args.check < 0:
         fail(f"--check must be >= 0, got {args.check}")
-    module, ckpt, policy = load_policy(args.checkpoint)
+    checkpoint = args.checkpoint
+    if os.path.isdir(checkpoint):  # a run directory: its checkpoint.pt
+        checkpoint = os.path.join(checkpoint, "checkpoint.pt")
+    module, ckpt, policy = load_policy(checkpoint)
     output = args.output
     if output is None:
-        output = os.path.join(os.path.dirname(os.path.abspath(args.checkpoint)), "policy.onnx")
+        output = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "policy.onnx")
     export(policy, ckpt, output)
     print(f"wrote {output} ({ckpt['script']}, {ckpt['env_id']}, step {ckpt['global_step']})")
     if args.check:
