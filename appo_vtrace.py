@@ -97,7 +97,7 @@ class Args:
     critic_layers: tuple[int, ...] = (64, 64)  # hidden layer sizes of the critic MLP
     init_logstd: float = -0.5  # initial log-std of the policy (std 0.61; Andrychowicz et al.: ~0.5)
     optimizer: Literal["adam", "muon"] = "adam"  # muon: on the hidden weight matrices, Adam on rest
-    weight_decay: float = 0.0  # of every parameter group (Adam: L2; Muon: decoupled; 0: none)
+    weight_decay: float = 0.0  # decoupled, every group (AdamW, Muon): p -= lr * wd * p per step
     compile: bool = False  # torch.compile the loss computation of the update
 
     # Extras (0: off)
@@ -441,7 +441,7 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
 
 def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
     """Actor and critic in their own parameter groups, each remembering its initial lr; with
-    --optimizer muon, Muon takes the hidden weight matrices (muon_params). fused Adam: one kernel
+    --optimizer muon, Muon takes the hidden weight matrices (muon_params). fused AdamW: one kernel
     for all."""
     critic_lr = args.critic_learning_rate
     if critic_lr is None:
@@ -457,7 +457,7 @@ def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
         muon_groups.append({**group, "params": [p for p in params if id(p) in hidden]})
         adam_groups.append({**group, "params": [p for p in params if id(p) not in hidden]})
     muon_groups = [group for group in muon_groups if group["params"]]
-    optimizers = [torch.optim.Adam(adam_groups, eps=1e-5, fused=True)]
+    optimizers = [torch.optim.AdamW(adam_groups, eps=1e-5, fused=True)]  # decoupled decay
     if muon_groups:  # "match_rms_adamw" scales Muon's step so that it can share Adam's lr
         optimizers.append(torch.optim.Muon(muon_groups, adjust_lr_fn="match_rms_adamw"))
     return optimizers

@@ -161,6 +161,23 @@ def test_weight_decay_reaches_every_parameter_group(script):
             assert [g["weight_decay"] for g in opt.param_groups] == [weight_decay] * 2
 
 
+def test_weight_decay_is_decoupled(script):
+    """AdamW's decay: a parameter whose gradient is zero shrinks by exactly (1 - lr * wd) per step
+    (as an L2 term in Adam's gradient, it would move by about lr, whatever its size)."""
+    args = script.Args(weight_decay=0.1, learning_rate=0.01, critic_learning_rate=0.02)
+    agent = script.Agent(5, 3, args)
+    optimizers = script.make_optimizers(agent, args)
+    for _ in range(2):  # the first step and one with Adam's moments
+        before = {name: p.detach().clone() for name, p in agent.named_parameters()}
+        for p in agent.parameters():
+            p.grad = torch.zeros_like(p)
+        for opt in optimizers:
+            opt.step()
+        for name, p in agent.named_parameters():
+            lr = 0.02 if name.startswith("critic") else 0.01
+            torch.testing.assert_close(p, before[name] * (1 - lr * 0.1), rtol=1e-6, atol=0)
+
+
 # ---------------------------------------------------------------------------------------------
 # What the user sees: help text, rendering failures, MuJoCo's warnings
 # ---------------------------------------------------------------------------------------------
