@@ -107,6 +107,7 @@ class Args:
     eval_episodes: int = 10  # episodes of every evaluation (final, --eval-every, --eval-checkpoint)
     capture_video: bool = False  # each evaluation's first episode as MP4 under {video_dir}/<run>
     check_sync_every: int = 50  # check every N iterations (0: at the end only) that ranks agree
+    ddp: bool = True  # DistributedDataParallel; --no-ddp: the gradients all-reduced by hand
     video_dir: str = "videos"  # where --capture-video writes its MP4s (software rendering is slow)
     track: bool = False  # also log to Weights & Biases (pip install wandb)
     wandb_project_name: str = "single-file-rl"  # the W&B project of --track
@@ -262,6 +263,16 @@ def all_moments(x: torch.Tensor):
     mean = all_reduce_mean(x.mean(0))
     var = all_reduce_mean(x.var(0, unbiased=False) + (x.mean(0) - mean) ** 2)  # + var of the means
     return x.shape[0] * world_size(), mean, var
+
+
+def average_gradients(module: nn.Module):
+    """--no-ddp: what DDP does inside backward(), by hand (as CleanRL): sum each gradient over the
+    ranks, then divide by their number. Never together with DDP: that would average twice."""
+    if world_size() == 1:
+        return
+    for param in module.parameters():
+        dist.all_reduce(param.grad)  # a sum
+        param.grad /= world_size()
 
 
 def check_in_sync(*modules: nn.Module):
@@ -431,6 +442,8 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
             for opt in optimizers:
                 opt.zero_grad(set_to_none=True)
             loss.backward()
+            if ddp_agent is agent:  # --no-ddp (or one process): no wrapper averaged the gradients
+                average_gradients(agent)
             max_norm = args.max_grad_norm  # actor and critic clipped separately
             actor_norm = nn.utils.clip_grad_norm_(agent.actor_parameters(), max_norm, foreach=True)
             critic_norm = nn.utils.clip_grad_norm_(
@@ -507,7 +520,8 @@ def train(args: Args) -> dict[str, float]:
     progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
     if ckpt is not None:  # Harness: resume the saved state and progress
         progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
-    ddp_agent = DDP(agent) if dist.is_initialized() else agent  # buffers alike: broadcast no-op
+    wrap = dist.is_initialized() and args.ddp  # Distributed: DDP, or by hand (--no-ddp)
+    ddp_agent = DDP(agent) if wrap else agent  # buffers alike: broadcast no-op
     run = {"writer": None, "checkpoint": "", "dir": ""}  # Harness: rank 0's, below; none else
     run = start_run(args, plan, can_film) if is_main else run
     loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss

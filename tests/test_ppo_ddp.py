@@ -78,10 +78,11 @@ def test_without_a_process_group_the_helpers_are_the_identity():
     ppo_ddp.check_in_sync(torch.nn.Linear(2, 2))  # nothing to compare with
 
 
-# Both checks run in one torchrun job (each launch costs seconds); each prints its own verdict.
+# The checks run in one torchrun job (each launch costs seconds); each prints its own verdict.
 TWO_RANK_CHECKS = """
 import traceback
 import torch, torch.distributed as dist, ppo_ddp
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def all_moments(rank):
@@ -123,9 +124,37 @@ def global_advantages(rank):
     torch.testing.assert_close(torch.cat(seen).sort().values, expected.sort().values)
 
 
+def manual_all_reduce(rank):
+    # Two epochs on each rank's own batch from the same start, through DDP and with --no-ddp (the
+    # gradients all-reduced by hand): the same gradient norms and losses, the same parameters.
+    gen = torch.Generator().manual_seed(rank)
+    obs, actions = torch.randn(64, 3, generator=gen), torch.randn(64, 2, generator=gen)
+    advantages = torch.randn(64, generator=gen)
+    outcome = {}
+    for ddp in (True, False):
+        args = ppo_ddp.Args(num_minibatches=2, update_epochs=2, norm_obs=False, ddp=ddp)
+        torch.manual_seed(0)
+        agent = ppo_ddp.Agent(3, 2, args)
+        with torch.no_grad():
+            out = agent.get_action_and_value(obs, actions)
+        batch = {"obs": obs, "actions": actions, "logprobs": out["logprobs"]}
+        batch.update(values=out["values"], means=out["means"], advantages=advantages)
+        batch["returns"] = torch.ones(64)
+        model = DDP(agent) if ddp else agent
+        optimizers = ppo_ddp.make_optimizers(agent, args)
+        torch.manual_seed(1)  # the same minibatches
+        metrics, _ = ppo_ddp.ppo_update(model, optimizers, ppo_ddp.ppo_loss, batch, 1.0, args)
+        outcome[ddp] = (metrics, [p.detach().clone() for p in agent.parameters()])
+    for key in ("losses/actor_grad_norm", "losses/critic_grad_norm", "losses/policy_loss"):
+        assert abs(outcome[True][0][key] - outcome[False][0][key]) < 1e-5, key
+    for with_ddp, by_hand in zip(outcome[True][1], outcome[False][1]):
+        torch.testing.assert_close(with_ddp, by_hand)
+    ppo_ddp.check_in_sync(agent)  # both ranks hold the same parameters
+
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-for check in (all_moments, global_advantages):
+for check in (all_moments, global_advantages, manual_all_reduce):
     try:
         check(rank)
         print(f"rank {rank}: {check.__name__} passed", flush=True)
@@ -152,6 +181,10 @@ def test_all_moments_equal_the_statistics_of_both_ranks_data(two_rank_checks):
 
 def test_advantages_are_normalized_with_the_global_batch(two_rank_checks):
     assert two_rank_checks.count("global_advantages passed") == 2, two_rank_checks
+
+
+def test_no_ddp_averages_the_gradients_by_hand_as_ddp_does(two_rank_checks):
+    assert two_rank_checks.count("manual_all_reduce passed") == 2, two_rank_checks
 
 
 # ---------------------------------------------------------------------------------------------
