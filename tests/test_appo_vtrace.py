@@ -15,10 +15,10 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, small_args
 
 import appo_vtrace as appo
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_ID = "Hopper-v5"  # terminates often early in training, so rollouts hold episode ends
 
 
@@ -130,20 +130,10 @@ def test_soft_update_and_lr_factors():
 # End to end with 2 actors
 # ---------------------------------------------------------------------------------------------
 def short_args(tmp_path, **overrides):
-    # batch = 2 rollouts x 2 envs x 128 steps = 512; 4 updates
-    fields = dict(
-        env_id=ENV_ID,
-        total_timesteps=2048,
-        num_actors=2,
-        num_envs=2,
-        num_steps=128,
-        num_rollouts=2,
-        num_minibatches=4,
-        update_epochs=2,
-        eval_episodes=2,
-        log_dir=str(tmp_path),
-    )
-    return appo.Args(**{**fields, **overrides})
+    """small_args with 2 actors: batch = 2 rollouts x 2 envs x 128 steps = 512; 4 updates."""
+    fields = dict(env_id=ENV_ID, total_timesteps=2048, num_actors=2, num_steps=128, num_rollouts=2)
+    fields.update(num_minibatches=4, update_epochs=2, eval_episodes=2)
+    return small_args(appo, tmp_path, **{**fields, **overrides})
 
 
 @pytest.fixture(scope="module")

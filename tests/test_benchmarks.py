@@ -6,8 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # its tools are scripts, not a package
 
 
 def test_run_then_report(tmp_path):
@@ -64,7 +65,6 @@ def test_run_then_report(tmp_path):
 
 
 def test_state_asymmetry_is_zero_on_the_mirror_invariant_subspace():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import torch
     from symmetry import state_asymmetry
 
@@ -88,7 +88,6 @@ def test_symmetry_rows_name_the_flags_that_differ_from_the_defaults():
     count."""
     import dataclasses
 
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from symmetry import flags_of
 
     import ppo_symaug
@@ -106,7 +105,6 @@ def test_symmetry_rows_name_the_flags_that_differ_from_the_defaults():
 
 
 def test_report_puts_default_runs_beside_the_peers_and_flagged_runs_apart():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from report import table
 
     def row(script, flags, seed, final):
@@ -142,7 +140,6 @@ def test_report_puts_default_runs_beside_the_peers_and_flagged_runs_apart():
 
 
 def test_selection_scores_each_candidate_and_excludes_one_far_below_today():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from selection import CANDIDATES, PEER, TASKS, held_out_table, selection_table
 
     def row(env_id, flags, seed, eval_return):
@@ -176,7 +173,6 @@ def test_selection_scores_each_candidate_and_excludes_one_far_below_today():
 
 
 def test_posture_measures_speed_and_flips_as_the_simulator_does():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import mujoco
     import numpy as np
     import torch

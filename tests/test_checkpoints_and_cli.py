@@ -7,41 +7,10 @@ import importlib
 import os
 import re
 import signal
-import subprocess
-import sys
 
 import pytest
 import torch
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
-
-
-def small_args(script, log_dir, **overrides):
-    """2 envs x 64 steps on Walker2d (ppo_symaug needs a mirror map), one epoch of 2 minibatches."""
-    fields = dict(
-        env_id="Walker2d-v5",
-        total_timesteps=256,
-        num_envs=2,
-        num_steps=64,
-        num_minibatches=2,
-        update_epochs=1,
-        eval_episodes=1,
-        log_dir=str(log_dir),
-    )
-    if script.__name__ == "appo_vtrace":
-        fields.update(num_actors=1, num_rollouts=1)
-    return script.Args(**{**fields, **overrides})
-
-
-@pytest.fixture(params=SCRIPTS)
-def script(request):
-    return importlib.import_module(request.param)
-
-
-def only_checkpoint(log_dir) -> str:
-    (path,) = log_dir.glob("*/checkpoint.pt")
-    return str(path)
+from conftest import only_checkpoint, run_script, small_args
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,17 +150,6 @@ def test_weight_decay_is_decoupled(script):
 # ---------------------------------------------------------------------------------------------
 # What the user sees: help text, rendering failures, MuJoCo's warnings
 # ---------------------------------------------------------------------------------------------
-def run_script(name, *flags, **env):
-    return subprocess.run(
-        [sys.executable, f"{name}.py", *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **env},
-    )
-
-
 def test_help_describes_the_script_and_shows_each_default_once(script, monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "200")
     with pytest.raises(SystemExit) as stopped:

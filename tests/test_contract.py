@@ -11,21 +11,14 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT, only_checkpoint, small_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_checkpoints_and_cli import only_checkpoint, small_args
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
 EXTRA_BAD_INPUT = {  # flags only a variant has
     "ppo_symaug": [(dict(mirror_loss_coef=-1.0), "--mirror-loss-coef must be >= 0")],
     "ppo_ddp": [(dict(check_sync_every=-1), "--check-sync-every must be >= 0")],
     "appo_vtrace": [(dict(tau=0.0), "--tau must lie in"), (dict(num_actors=0), "--num-actors")],
 }
-
-
-@pytest.fixture(scope="module", params=SCRIPTS)
-def script(request):
-    return importlib.import_module(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -193,12 +186,6 @@ def test_eval_checkpoint_records_a_video(name, tmp_path, capsys):
     assert video.stat().st_size > 1000
     out = capsys.readouterr().out
     assert f"recording evaluation video -> {video}" in out and f"wrote {video}" in out
-
-
-def run_script(name, *flags, **kwargs):
-    return subprocess.run(
-        [sys.executable, f"{name}.py", *flags], cwd=ROOT, text=True, timeout=300, **kwargs
-    )
 
 
 @pytest.mark.parametrize("name", ["ppo_continuous", "ppo_ddp", "appo_vtrace"])

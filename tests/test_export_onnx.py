@@ -13,16 +13,15 @@ import onnx
 import onnxruntime
 import pytest
 import torch
+from conftest import ALL_SCRIPTS, ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))  # the tool is a script, not a package
 import export_onnx  # noqa: E402
 
-SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
 ENV_ID = "Humanoid-v5"  # action bounds +-0.4: leaving out the scaling changes every action
 
 
-@pytest.fixture(scope="module", params=SCRIPTS)
+@pytest.fixture(scope="module", params=ALL_SCRIPTS)
 def trained(request, tmp_path_factory):
     """A checkpoint of two iterations on Humanoid (the normalizer has left mean 0 and var 1),
     with the actor's last layer scaled up so that its means leave [-1, 1] (the clip is active)."""

@@ -3,20 +3,11 @@ each piece of resumed state round-tripped: tests that fail on a one-line bug in 
 
 Run once per script of the PPO family (ppo_continuous.py and the variants copied from it)."""
 
-import importlib
-
 import numpy as np
 import pytest
 import torch
+from conftest import RecordingWriter, allow_toy_env, toy_args
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_ppo_family import RecordingWriter, allow_toy_env, toy_args
-
-SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp"]
-
-
-@pytest.fixture(scope="module", params=SCRIPTS)
-def ppo(request):
-    return importlib.import_module(request.param)
 
 
 def minibatch(ppo, args, scale_actor=1.0):

@@ -8,17 +8,15 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import torch
+from conftest import torchrun
 
 import ppo_ddp
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_ID = "Walker2d-v5"
 SMALL = [
     "--env-id",
@@ -34,33 +32,6 @@ SMALL = [
     "--eval-episodes",
     "2",
 ]
-
-
-def torchrun(script: str, *flags: str, nproc: int = 2, **popen_kwargs):
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": ROOT,
-    }  # OMP_NUM_THREADS: silences torchrun's warning
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(nproc),
-        script,
-        *flags,
-    ]
-    return subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **popen_kwargs,
-    )
 
 
 # ---------------------------------------------------------------------------------------------

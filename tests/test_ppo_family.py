@@ -6,7 +6,6 @@ each test here runs once per script that exists; algorithm-specific tests live i
 
 import copy
 import importlib
-import os
 import re
 import signal
 import subprocess
@@ -16,22 +15,17 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import (
+    ENV_ID,
+    PPO_FAMILY,
+    ROOT,
+    TOY_ENV,
+    allow_toy_env,
+    small_args,
+    toy_args,
+    toy_rollout_and_batch,
+)
 from toy_envs import CountsSteps
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Walker2d-v5: terminates and truncates, and has a left-right symmetry (ppo_symaug needs one).
-ENV_ID = "Walker2d-v5"
-SCRIPTS = [
-    name
-    for name in ("ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp")
-    if os.path.exists(os.path.join(ROOT, f"{name}.py"))
-]
-
-
-@pytest.fixture(scope="module", params=SCRIPTS)
-def ppo(request):
-    """The script under test, imported as a module."""
-    return importlib.import_module(request.param)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,7 +92,7 @@ def call_ppo_loss(script, agent, obs, actions, old_logprobs, advantages, args):
 
 
 # ppo_spo.py replaces the clip by SPO's penalty (tests/test_ppo_spo.py); appo_vtrace.py clips too.
-@pytest.mark.parametrize("name", [s for s in SCRIPTS if s != "ppo_spo"] + ["appo_vtrace"])
+@pytest.mark.parametrize("name", [s for s in PPO_FAMILY if s != "ppo_spo"] + ["appo_vtrace"])
 def test_clipped_surrogate_matches_the_formula_and_stops_outside_the_range(name):
     """-mean(min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)) for ratios on both sides of the range.
     Its gradient is zero where A favours leaving the range (r > 1 + eps_high with A > 0,
@@ -199,14 +193,6 @@ def test_normalizer_is_frozen_during_update_and_learns_from_rollouts_only(
 # ---------------------------------------------------------------------------------------------
 # Truncation bootstrap, end to end
 # ---------------------------------------------------------------------------------------------
-def allow_toy_env(ppo, monkeypatch):
-    """ppo_symaug needs a mirror map of the env: the identity map is a symmetry of every env."""
-    if hasattr(ppo, "make_mirror_fns"):
-        monkeypatch.setattr(
-            ppo, "make_mirror_fns", lambda env_id: (lambda obs: obs, lambda act: act)
-        )
-
-
 def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch):
     allow_toy_env(ppo, monkeypatch)
     gamma = 0.9
@@ -239,24 +225,6 @@ def test_truncated_episodes_bootstrap_from_final_obs(ppo, tmp_path, monkeypatch)
 # ---------------------------------------------------------------------------------------------
 # What train() hands to compute_gae, and what a resume restores: a few steps of a toy env
 # ---------------------------------------------------------------------------------------------
-TOY_ENV = "toy_envs:CountsSteps-v0"  # obs = step count 0..5, reward 1, truncated after 5 steps
-
-
-def toy_args(ppo, log_dir, **overrides):
-    # One iteration of 2 envs x 10 steps: both envs are truncated at steps 4 and 9.
-    fields = dict(
-        env_id=TOY_ENV,
-        total_timesteps=20,
-        num_envs=2,
-        num_steps=10,
-        num_minibatches=2,
-        update_epochs=1,
-        eval_episodes=1,
-        log_dir=str(log_dir),
-    )
-    return ppo.Args(**{**fields, **overrides})
-
-
 def spy_on_train(ppo, monkeypatch) -> dict:
     """Wrap the make_optimizers and compute_gae that train() calls. The dict returned gets the
     agent and its optimizers, and for each compute_gae call (one per iteration, after the rollout
@@ -339,38 +307,6 @@ def test_resume_restores_the_optimizer_state(ppo, tmp_path, monkeypatch):
                 assert torch.equal(after["state"][param][name], value), (param, name)
 
 
-class RecordingWriter:
-    """Stands in for TensorBoard's SummaryWriter: keeps (tag, value, step) of every scalar."""
-
-    def __init__(self):
-        self.scalars = []
-
-    def add_scalar(self, tag, value, step):
-        self.scalars.append((tag, float(value), step))
-
-
-def toy_rollout_and_batch(ppo, monkeypatch, **overrides):
-    """collect_rollout called directly: one rollout of 2 envs x 10 steps of CountsSteps, and the
-    flat batch ppo_update takes (with GAE's advantages and returns)."""
-    allow_toy_env(ppo, monkeypatch)
-    torch.manual_seed(0)
-    args = toy_args(ppo, "unused", **overrides)
-    envs = ppo.make_envs(TOY_ENV, args.num_envs, args.seed)
-    agent = ppo.Agent(1, 1, args)
-    agent.obs_rms.update(torch.arange(6.0)[:, None])  # statistics of the obs 0..5
-    carry = ppo.start_episodes(envs, 100, args, torch.device("cpu"))
-    writer = RecordingWriter()
-    rollout = ppo.collect_rollout(agent, envs, ppo.RunningMeanStd(), carry, 100, writer, args)
-    envs.close()
-    advantages, returns = ppo.compute_gae(
-        rollout["rewards"], rollout["values"], rollout["next_values"], rollout["terminated"],
-        rollout["dones"], args.gamma, args.gae_lambda,
-    )  # fmt: skip
-    batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
-    batch["advantages"], batch["returns"] = advantages.flatten(), returns.flatten()
-    return agent, args, carry, writer, rollout, batch
-
-
 def test_collect_rollout_counts_steps_and_episodes_and_bootstraps_from_the_final_obs(
     ppo, monkeypatch
 ):
@@ -418,17 +354,11 @@ def test_ppo_update_applies_the_desired_kl_rule_after_every_minibatch(ppo, monke
 # End to end on Walker2d: finite losses, diagnostics, checkpoints, reproducibility
 # ---------------------------------------------------------------------------------------------
 def short_args(ppo, tmp_path, **overrides):
-    fields = dict(
-        env_id=ENV_ID,
-        total_timesteps=2048,
-        num_envs=4,
-        num_steps=256,
-        num_minibatches=4,
-        update_epochs=2,
-        eval_episodes=2,
-        log_dir=str(tmp_path),
+    """small_args, 8 iterations of 4 envs x 256 steps, two epochs of 4 minibatches."""
+    fields = dict(total_timesteps=2048, num_envs=4, num_steps=256, num_minibatches=4)
+    return small_args(
+        ppo, tmp_path, **{"update_epochs": 2, "eval_episodes": 2, **fields, **overrides}
     )
-    return ppo.Args(**{**fields, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -555,7 +485,7 @@ def test_gaussian_kl_matches_torch(ppo):
     torch.testing.assert_close(ppo.gaussian_kl(m0, s0, m1, s1), expected)
 
 
-@pytest.mark.parametrize("name", SCRIPTS + ["appo_vtrace"])  # appo_vtrace.py has the same Agent
+@pytest.mark.parametrize("name", PPO_FAMILY + ["appo_vtrace"])  # appo_vtrace.py has the same Agent
 def test_policy_log_prob_entropy_and_sampling_match_torch_normal(name):
     script = importlib.import_module(name)
     agent = script.Agent(5, 3, script.Args())
@@ -572,7 +502,7 @@ def test_policy_log_prob_entropy_and_sampling_match_torch_normal(name):
     torch.testing.assert_close(sampled, reference.sample())  # same draw from the same RNG state
 
 
-@pytest.mark.parametrize("name", SCRIPTS + ["appo_vtrace"])
+@pytest.mark.parametrize("name", PPO_FAMILY + ["appo_vtrace"])
 def test_evaluate_acts_with_the_mean_of_the_policy(name):
     """Every action the evaluation sends is the actor's mean of the normalized obs, not a sample
     (the checkpoint round trip notices sampling only through two differing RNG states)."""
@@ -661,7 +591,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits(ppo, tmp_path):
     assert ckpt["global_step"] >= 128 and ckpt["global_step"] % 128 == 0
 
 
-@pytest.mark.parametrize("name", SCRIPTS + ["appo_vtrace"])
+@pytest.mark.parametrize("name", PPO_FAMILY + ["appo_vtrace"])
 def test_first_ctrl_c_sets_a_flag_and_a_second_interrupts_at_once(name):
     # The first Ctrl-C must not raise: a KeyboardInterrupt that lands inside TensorBoard's writer
     # left its close() waiting forever (in 2 of 32 runs of the Ctrl-C test above).
@@ -699,7 +629,7 @@ def test_train_restores_the_ctrl_c_handler(ppo, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # ppo_ddp learns on 2 ranks: test_two_ranks_learn_inverted_pendulum in test_ppo_ddp.py
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [s for s in SCRIPTS if s != "ppo_ddp"])
+@pytest.mark.parametrize("name", [s for s in PPO_FAMILY if s != "ppo_ddp"])
 def test_learns_inverted_pendulum(name, tmp_path):
     ppo = importlib.import_module(name)
     metrics = ppo.train(

@@ -6,7 +6,6 @@ from the script's observation tables), are set in two copies of an env; the scri
 must relate their observations, then and after stepping both with actions a and mirror_act(a).
 """
 
-import os
 import subprocess
 import sys
 
@@ -15,11 +14,11 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 
 import ppo_continuous
 import ppo_symaug as ps
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S_Y = np.diag([1.0, -1.0, 1.0])  # mirror by the plane y = 0 (left <-> right)
 S_X = np.diag([-1.0, 1.0, 1.0])  # mirror by the plane x = 0 (the cart-poles move along x)
 LIMBS = ("hip_x", "hip_z", "hip_y", "knee", "shoulder1", "shoulder2", "elbow")

@@ -17,17 +17,14 @@ import time
 import gymnasium as gym
 import pytest
 import torch
-from test_checkpoints_and_cli import only_checkpoint, small_args
-from test_ppo_family import allow_toy_env, toy_rollout_and_batch
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
-PPO_FAMILY = SCRIPTS[:4]  # in one process; appo_vtrace's actors are processes of their own
-
-
-@pytest.fixture(scope="module", params=SCRIPTS)
-def script(request):
-    return importlib.import_module(request.param)
+from conftest import (
+    PPO_FAMILY,
+    ROOT,
+    allow_toy_env,
+    only_checkpoint,
+    small_args,
+    toy_rollout_and_batch,
+)
 
 
 def toy_env_args(script, log_dir, env_id, **overrides):

@@ -6,7 +6,7 @@ import shutil
 import struct
 
 import pytest
-from test_checkpoints_and_cli import only_checkpoint, small_args
+from conftest import only_checkpoint, small_args
 
 pytest.importorskip("wandb")
 

@@ -1,0 +1,113 @@
+"""What the test modules share: the scripts under test, the settings of short runs, the launchers
+and the toy-env helpers. A test module imports what it needs from here (`from conftest import
+...`), never from another test module."""
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALL_SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
+PPO_FAMILY = ALL_SCRIPTS[:4]  # ppo_continuous.py and its copies: one process, collect_rollout
+ENV_ID = "Walker2d-v5"  # terminates and truncates, and has a left-right symmetry (ppo_symaug)
+TOY_ENV = "toy_envs:CountsSteps-v0"  # obs = step count 0..5, reward 1, truncated after 5 steps
+
+
+@pytest.fixture(scope="module", params=ALL_SCRIPTS)
+def script(request):
+    """Each of the five scripts, imported as a module."""
+    return importlib.import_module(request.param)
+
+
+@pytest.fixture(scope="module", params=PPO_FAMILY)
+def ppo(request):
+    """Each script of the PPO family, imported as a module."""
+    return importlib.import_module(request.param)
+
+
+def small_args(script, log_dir, **overrides):
+    """2 envs x 64 steps on Walker2d, one epoch of 2 minibatches, 2 iterations (appo_vtrace: one
+    actor, one rollout per update)."""
+    fields = dict(env_id=ENV_ID, total_timesteps=256, num_envs=2, num_steps=64, num_minibatches=2)
+    fields.update(update_epochs=1, eval_episodes=1, log_dir=str(log_dir))
+    if script.__name__ == "appo_vtrace":
+        fields.update(num_actors=1, num_rollouts=1)
+    return script.Args(**{**fields, **overrides})
+
+
+def toy_args(ppo, log_dir, **overrides):
+    """One iteration of 2 envs x 10 steps of CountsSteps: both envs are truncated at steps 4
+    and 9."""
+    return small_args(
+        ppo, log_dir, **{"env_id": TOY_ENV, "total_timesteps": 20, "num_steps": 10, **overrides}
+    )
+
+
+def only_checkpoint(log_dir) -> str:
+    (path,) = log_dir.glob("*/checkpoint.pt")
+    return str(path)
+
+
+def run_script(name: str, *flags: str, **env: str):
+    """python <name>.py <flags> in the repository, with these environment variables added; its
+    output captured."""
+    command = [sys.executable, f"{name}.py", *flags]
+    environment = {**os.environ, **env}
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=environment
+    )
+
+
+def torchrun(script: str, *flags: str, nproc: int = 2, **popen_kwargs):
+    """torchrun --standalone of script (a path, or a file of the repository) with these flags."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}  # OMP: torchrun's warning
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
+    command += [str(nproc), script, *flags]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        **popen_kwargs,
+    )  # fmt: skip
+
+
+def allow_toy_env(ppo, monkeypatch):
+    """ppo_symaug needs a mirror map of the env: the identity map is a symmetry of every env."""
+    if hasattr(ppo, "make_mirror_fns"):
+        monkeypatch.setattr(
+            ppo, "make_mirror_fns", lambda env_id: (lambda obs: obs, lambda act: act)
+        )
+
+
+class RecordingWriter:
+    """Stands in for TensorBoard's SummaryWriter: keeps (tag, value, step) of every scalar."""
+
+    def __init__(self):
+        self.scalars = []
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, float(value), step))
+
+
+def toy_rollout_and_batch(ppo, monkeypatch, **overrides):
+    """collect_rollout called directly: one rollout of 2 envs x 10 steps of CountsSteps, and the
+    flat batch ppo_update takes (with GAE's advantages and returns)."""
+    allow_toy_env(ppo, monkeypatch)
+    torch.manual_seed(0)
+    args = toy_args(ppo, "unused", **overrides)
+    envs = ppo.make_envs(TOY_ENV, args.num_envs, args.seed)
+    agent = ppo.Agent(1, 1, args)
+    agent.obs_rms.update(torch.arange(6.0)[:, None])  # statistics of the obs 0..5
+    carry = ppo.start_episodes(envs, 100, args, torch.device("cpu"))
+    writer = RecordingWriter()
+    rollout = ppo.collect_rollout(agent, envs, ppo.RunningMeanStd(), carry, 100, writer, args)
+    envs.close()
+    advantages, returns = ppo.compute_gae(
+        rollout["rewards"], rollout["values"], rollout["next_values"], rollout["terminated"],
+        rollout["dones"], args.gamma, args.gae_lambda,
+    )  # fmt: skip
+    batch = {key: value.flatten(0, 1) for key, value in rollout.items()}
+    batch["advantages"], batch["returns"] = advantages.flatten(), returns.flatten()
+    return agent, args, carry, writer, rollout, batch
