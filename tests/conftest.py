@@ -6,7 +6,9 @@ import importlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,6 +17,8 @@ ALL_SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrac
 PPO_FAMILY = ALL_SCRIPTS[:4]  # ppo_continuous.py and its copies: one process, collect_rollout
 ENV_ID = "Walker2d-v5"  # terminates and truncates, and has a left-right symmetry (ppo_symaug)
 TOY_ENV = "toy_envs:CountsSteps-v0"  # obs = step count 0..5, reward 1, truncated after 5 steps
+RUN_TAGS = ("charts/SPS", "charts/learning_rate", "charts/episodic_return", "eval/episodic_return")
+CLEANRL_TAGS = {"charts/episodic_return", "charts/SPS", "losses/approx_kl", "eval/episodic_return"}
 
 
 @pytest.fixture(scope="module", params=ALL_SCRIPTS)
@@ -47,6 +51,17 @@ def toy_args(ppo, log_dir, **overrides):
     )
 
 
+def flags(**fields) -> list[str]:
+    """The command line of these fields: flags(num_envs=2, capture_video=True) is
+    ["--num-envs", "2", "--capture-video"]."""
+    words = []
+    for name, value in fields.items():
+        words.append(f"--{name.replace('_', '-')}")
+        if value is not True:
+            words.append(str(value))
+    return words
+
+
 def only_checkpoint(log_dir) -> str:
     (path,) = log_dir.glob("*/checkpoint.pt")
     return str(path)
@@ -71,6 +86,36 @@ def torchrun(script: str, *flags: str, nproc: int = 2, **popen_kwargs):
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         **popen_kwargs,
     )  # fmt: skip
+
+
+# Reward 1 every step, truncated after 5 steps, gamma 0.9: the true value is 1 / (1 - 0.9) = 10;
+# treating truncation as termination gives at most 4.1. No normalizers; a larger critic rate.
+BOOTSTRAP_RUN = dict(env_id="toy_envs:AlwaysTruncates-v0", num_envs=4, num_steps=50, gamma=0.9)
+BOOTSTRAP_RUN.update(num_minibatches=2, update_epochs=4, norm_reward=False, norm_obs=False)
+BOOTSTRAP_RUN.update(critic_learning_rate=3e-3, anneal_lr=False, eval_episodes=1)
+
+
+def trained_value(script, args) -> float:
+    """Train with args; the saved critic's value of the observation 0."""
+    script.train(args)
+    ckpt = script.load_checkpoint(only_checkpoint(Path(args.log_dir)))
+    agent = script.Agent(1, 1, args)
+    agent.load_state_dict(ckpt["agent"])
+    return agent.get_value(torch.zeros(1, 1)).item()
+
+
+def assert_finite_metrics(metrics: dict, tags: list[str], global_step: int):
+    """These tags, and those of every run (RUN_TAGS), are in metrics and finite, at global_step."""
+    for tag in (*tags, *RUN_TAGS):
+        assert np.isfinite(metrics[tag]), tag
+    assert metrics["global_step"] == global_step
+
+
+def read_events(run_dir):
+    """The run's TensorBoard event file, loaded."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    return EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
 
 
 def allow_toy_env(ppo, monkeypatch):

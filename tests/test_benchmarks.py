@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, flags
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # its tools are scripts, not a package
 
@@ -44,12 +44,7 @@ def test_run_then_report(tmp_path):
         [
             sys.executable,
             "benchmarks/report.py",
-            "--results",
-            str(results),
-            "--curves",
-            str(tmp_path / "curves.csv"),
-            "--plots",
-            str(plots),
+            *flags(results=str(results), curves=str(tmp_path / "curves.csv"), plots=str(plots)),
         ],
         cwd=ROOT,
         check=True,

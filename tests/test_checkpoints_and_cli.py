@@ -10,7 +10,7 @@ import signal
 
 import pytest
 import torch
-from conftest import only_checkpoint, run_script, small_args
+from conftest import flags, only_checkpoint, run_script, small_args
 
 
 # ---------------------------------------------------------------------------------------------
@@ -25,15 +25,7 @@ def test_resume_with_other_num_envs_and_flags_set_back_to_default(script, tmp_pa
 
     # Back to the defaults, which a "differs from the default" rule could not tell from no flag.
     typed = [
-        "--resume",
-        path,
-        "--anneal-lr",
-        "--desired-kl",
-        "None",
-        "--num-envs",
-        "4",
-        "--total-timesteps",
-        "768",
+        *flags(resume=path, anneal_lr=True, desired_kl="None", num_envs=4, total_timesteps=768),
     ]
     args = script.parse_args(typed)
     assert args.anneal_lr is True and args.desired_kl is None and args.num_envs == 4
@@ -165,30 +157,12 @@ def test_a_renderer_that_cannot_load_is_one_line_and_training_goes_on(script, tm
     # MUJOCO_GL=bogus makes `import mujoco` raise, as osmesa without libosmesa6 does. HalfCheetah's
     # XML also makes MuJoCo warn about settotalmass for every env made (it has no mirror map).
     env_id = "Walker2d-v5" if script.__name__ == "ppo_symaug" else "HalfCheetah-v5"
-    flags = [
-        "--env-id",
-        env_id,
-        "--total-timesteps",
-        "128",
-        "--num-envs",
-        "2",
-        "--num-steps",
-        "64",
-        "--num-minibatches",
-        "2",
-        "--update-epochs",
-        "1",
-        "--eval-episodes",
-        "1",
-        "--log-dir",
-        str(tmp_path),
-        "--capture-video",
-        "--video-dir",
-        str(tmp_path / "videos"),
-    ]
+    fields = dict(env_id=env_id, total_timesteps=128, num_envs=2, num_steps=64, num_minibatches=2)
+    fields.update(update_epochs=1, eval_episodes=1, log_dir=tmp_path, capture_video=True)
+    fields["video_dir"] = tmp_path / "videos"
     if script.__name__ == "appo_vtrace":
-        flags += ["--num-actors", "1", "--num-rollouts", "1"]
-    result = run_script(script.__name__, *flags, MUJOCO_GL="bogus")
+        fields.update(num_actors=1, num_rollouts=1)
+    result = run_script(script.__name__, *flags(**fields), MUJOCO_GL="bogus")
     assert result.returncode == 0, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("warning: --capture-video") and "MUJOCO_GL=bogus" in line

@@ -17,8 +17,19 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 EXTRA_BAD_INPUT = {  # flags only a variant has
     "ppo_symaug": [(dict(mirror_loss_coef=-1.0), "--mirror-loss-coef must be >= 0")],
     "ppo_ddp": [(dict(check_sync_every=-1), "--check-sync-every must be >= 0")],
-    "appo_vtrace": [(dict(tau=0.0), "--tau must lie in"), (dict(num_actors=0), "--num-actors")],
+    "appo_vtrace": [
+        (dict(tau=0.0), "--tau must lie in"),
+        (dict(num_actors=0), "--num-actors must be positive"),
+        (dict(num_rollouts=-1), "--num-rollouts must be positive"),
+        (dict(lr_decrease_factor=1.0), "--lr-decrease-factor and --lr-increase-factor must be > 1"),
+        (dict(lr_increase_factor=0.5), "--lr-decrease-factor and --lr-increase-factor must be > 1"),
+        (dict(clip_rho=0.0), "--clip-rho must be positive"),
+    ],
 }
+ENV_ERRORS = [  # found when the env is made
+    (dict(env_id="NoSuchEnv-v0"), "unknown env id 'NoSuchEnv-v0'"),
+    (dict(env_id="CartPole-v1"), "CartPole-v1 has a Discrete action space"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +57,11 @@ def bad_inputs(script, tmp_path):
         (dict(gamma=1.5), "--gamma"),
         (dict(num_minibatches=128), "minibatches of one sample"),
         (dict(eval_episodes=0), "--eval-episodes must be positive"),
+        (dict(num_envs=0), "--num-envs must be positive"),
+        (dict(total_timesteps=-5), "--total-timesteps must be positive"),
+        (dict(num_minibatches=3), "batch size 128 is not divisible by --num-minibatches 3"),
+        (dict(resume="/no/such/checkpoint.pt"), "checkpoint not found"),
+        (dict(eval_checkpoint="/no/such/checkpoint.pt"), "checkpoint not found"),
         (dict(log_dir=str(a_file / "runs")), "--log-dir .*: cannot write there"),
         (dict(capture_video=True, video_dir=str(a_file / "v")), "--video-dir .*: cannot write"),
         (dict(env_id="BipedalWalker-v3"), "cannot make BipedalWalker-v3: Box2D is not installed"),
@@ -68,6 +84,9 @@ def test_bad_input_is_one_line_before_any_env_is_built(script, tmp_path, monkeyp
         with pytest.raises(SystemExit, match=f"^error: {message}"):
             script.train(args)
     monkeypatch.undo()
+    for overrides, message in ENV_ERRORS:
+        with pytest.raises(SystemExit, match=f"^error: {message}"):
+            script.train(small_args(script, tmp_path, **overrides))
     if importlib.util.find_spec("Box2D") is None:
         with pytest.raises(SystemExit, match="cannot make BipedalWalker-v3: Box2D is not inst"):
             script.train(small_args(script, tmp_path, env_id="BipedalWalker-v3"))

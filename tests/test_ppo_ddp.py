@@ -13,25 +13,13 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import torchrun
+from conftest import flags, torchrun
 
 import ppo_ddp
 
 ENV_ID = "Walker2d-v5"
-SMALL = [
-    "--env-id",
-    ENV_ID,
-    "--num-envs",
-    "2",
-    "--num-steps",
-    "64",
-    "--num-minibatches",
-    "2",
-    "--update-epochs",
-    "2",
-    "--eval-episodes",
-    "2",
-]
+SMALL = flags(env_id=ENV_ID, num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2)
+SMALL += flags(eval_episodes=2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,22 +194,8 @@ def two_rank_run(tmp_path_factory):
     proc = torchrun_script(
         tmp_path_factory,
         *SMALL,
-        "--total-timesteps",
-        "1024",
-        "--check-sync-every",
-        "1",
-        "--eval-every",
-        "2",
-        "--checkpoint-every",
-        "1",
-        "--desired-kl",
-        "0.01",
-        "--target-kl",
-        "0.02",
-        "--l2c2-coef",
-        "0.1",
-        "--log-dir",
-        str(log_dir),
+        *flags(total_timesteps=1024, check_sync_every=1, eval_every=2, checkpoint_every=1),
+        *flags(desired_kl=0.01, target_kl=0.02, l2c2_coef=0.1, log_dir=log_dir),
     )
     out, err = proc.communicate(timeout=180)
     return proc.returncode, out, err, log_dir
@@ -265,14 +239,7 @@ def test_two_ranks_resume_with_other_settings(two_rank_run, tmp_path):
     # 2 ranks x 1 env x 64 steps = 128 per iteration: steps 1024 -> 1280 are iterations 9 and 10.
     proc = torchrun(
         "ppo_ddp.py",
-        "--resume",
-        str(copy),
-        "--num-envs",
-        "1",
-        "--total-timesteps",
-        "1280",
-        "--check-sync-every",
-        "1",
+        *flags(resume=str(copy), num_envs=1, total_timesteps=1280, check_sync_every=1),
     )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
@@ -315,12 +282,7 @@ def test_forward_pass_around_ddp_is_caught_by_the_sync_check(tmp_path):
     proc = torchrun(
         str(driver),
         *SMALL,
-        "--total-timesteps",
-        "512",
-        "--check-sync-every",
-        "1",
-        "--log-dir",
-        str(tmp_path),
+        *flags(total_timesteps=512, check_sync_every=1, log_dir=str(tmp_path)),
     )
     out, err = proc.communicate(timeout=180)
     assert proc.returncode != 0
@@ -415,14 +377,9 @@ def test_two_ranks_learn_inverted_pendulum(tmp_path):
     # 4 envs per rank: the global batch of 2 x 4 x 256 = 2048 steps is the single-process default.
     proc = torchrun(
         "ppo_ddp.py",
-        "--env-id",
-        "InvertedPendulum-v5",
-        "--total-timesteps",
-        "60000",
-        "--num-envs",
-        "4",
-        "--log-dir",
-        str(tmp_path),
+        *flags(
+            env_id="InvertedPendulum-v5", total_timesteps=60000, num_envs=4, log_dir=str(tmp_path)
+        ),
     )
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-1500:] + err[-3000:]  # where it stopped, and why

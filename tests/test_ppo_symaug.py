@@ -6,15 +6,12 @@ from the script's observation tables), are set in two copies of an env; the scri
 must relate their observations, then and after stepping both with actions a and mirror_act(a).
 """
 
-import subprocess
-import sys
-
 import gymnasium as gym
 import mujoco
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import run_script, small_args
 
 import ppo_continuous
 import ppo_symaug as ps
@@ -191,13 +188,7 @@ def test_unsupported_env_is_one_line_error_before_training(tmp_path):
     with pytest.raises(SystemExit, match="no mirror map for Hopper-v5"):
         ps.train(ps.Args(env_id="Hopper-v5", log_dir=str(tmp_path)))
     assert not list(tmp_path.iterdir()), "no run directory: it failed before training"
-    result = subprocess.run(
-        [sys.executable, "ppo_symaug.py", "--env-id", "Hopper-v5"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_script("ppo_symaug", "--env-id", "Hopper-v5")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith(
         "error: no mirror map"
@@ -309,16 +300,7 @@ def test_symmetry_error_is_zero_for_a_symmetric_actor_of_either_script():
 
 
 def test_short_run_logs_symmetry_and_keeps_the_normalizer_mirror_invariant(tmp_path):
-    args = ps.Args(
-        env_id="Walker2d-v5",
-        total_timesteps=256,
-        num_envs=2,
-        num_steps=64,
-        num_minibatches=2,
-        update_epochs=2,
-        eval_episodes=1,
-        log_dir=str(tmp_path),
-    )
+    args = small_args(ps, tmp_path, update_epochs=2)
     metrics = ps.train(args)
     assert np.isfinite(metrics["losses/symmetry_loss"]) and np.isfinite(
         metrics["charts/symmetry_error"]
