@@ -19,7 +19,7 @@ import torch
 import tyro
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
+sys.path.insert(0, os.path.dirname(HERE))  # the scripts (this folder is on sys.path already)
 from symmetry import flags_of  # noqa: E402  (benchmarks/symmetry.py)
 
 

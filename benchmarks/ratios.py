@@ -10,14 +10,11 @@ final return. Prints a markdown table.
 
 import glob
 import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 import tyro
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import scalars  # noqa: E402  (benchmarks/run.py)
+from run import scalars  # benchmarks/run.py: this folder is on sys.path
 
 
 @dataclass

@@ -68,19 +68,17 @@ def scalars(run_dir: str, tag: str) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in events.Scalars(tag)]
 
 
+def launcher(script: str, nproc: int) -> list[str]:
+    """How a script starts: python, or torchrun with nproc ranks for ppo_ddp.py; then its path."""
+    if script != "ppo_ddp.py":
+        return [sys.executable, os.path.join(ROOT, script)]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return [*torchrun, f"--nproc_per_node={nproc}", os.path.join(ROOT, script)]
+
+
 def command(args: Args, script: str, env_id: str, seed: int) -> list[str]:
-    launcher = [sys.executable]
-    if script == "ppo_ddp.py":
-        launcher = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={args.nproc}",
-        ]
     return [
-        *launcher,
-        os.path.join(ROOT, script),
+        *launcher(script, args.nproc),
         "--env-id",
         env_id,
         "--seed",

@@ -21,12 +21,14 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import tyro
+from run import (  # benchmarks/run.py: this folder is on sys.path
+    ROOT,
+    append_rows,
+    launcher,
+    scalars,
+)
 
-sys.path[:0] = [
-    os.path.dirname(os.path.abspath(__file__)),
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-]
-from run import ROOT, append_rows, scalars  # noqa: E402  (benchmarks/run.py)
+sys.path.insert(0, ROOT)  # the scripts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -70,19 +72,9 @@ def raw_sps(env_id: str, num_envs: int, seconds: float) -> float:
 
 def train_sps(script: str, env_id: str, total_timesteps: int, nproc: int) -> float:
     with tempfile.TemporaryDirectory() as log_dir:
-        launcher = [sys.executable]
-        if script == "ppo_ddp.py":
-            launcher = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                f"--nproc_per_node={nproc}",
-            ]
         subprocess.run(
             [
-                *launcher,
-                os.path.join(ROOT, script),
+                *launcher(script, nproc),
                 "--env-id",
                 env_id,
                 "--total-timesteps",

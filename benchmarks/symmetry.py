@@ -24,7 +24,7 @@ import torch
 import tyro
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
+sys.path.insert(0, os.path.dirname(HERE))  # the scripts (this folder is on sys.path already)
 from run import append_rows  # noqa: E402  (benchmarks/run.py)
 
 import ppo_symaug  # noqa: E402
