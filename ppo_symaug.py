@@ -665,15 +665,29 @@ def effective_rank(features: torch.Tensor) -> float:
     return float(torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum()))
 
 
+def dormant_fraction(activations: list[torch.Tensor], tau: float = 0.025) -> float:
+    """The fraction of hidden units that are dormant (Sokar et al. 2023, "The Dormant Neuron
+    Phenomenon in Deep RL"): whose mean |activation| over the batch, divided by the mean of that
+    over its layer, is at most tau. Units that have stopped responding, which training rarely
+    revives: another sign of lost plasticity."""
+    scores = [h.abs().mean(0) / h.abs().mean().clamp_min(1e-12) for h in activations]
+    return torch.cat(scores).le(tau).float().mean().item()
+
+
 @torch.no_grad()
 def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> dict:
     """After the update: the ratios of its last epoch, the surrogate gain it achieved on the whole
-    batch, the actor's effective rank and std, and how well the critic explains the returns."""
+    batch, the actor's effective rank, dormant units and std, and how well the critic explains the
+    returns."""
     low, high = clip_range(args)
     outside = (ratios < 1 - low) | (ratios > 1 + high)
     new = agent.get_action_and_value(batch["obs"], batch["actions"])
     gain = (new["logprobs"] - batch["logprobs"]).exp() * batch["advantages"]
-    features = agent.actor_mean[:-1](agent.normalize(batch["obs"][:4096]))  # last hidden layer
+    x, hidden = agent.normalize(batch["obs"][:4096]), []  # the actor's hidden activations
+    for layer in agent.actor_mean[:-1]:
+        x = layer(x)
+        if isinstance(layer, nn.Tanh):
+            hidden.append(x)
     var_y = batch["returns"].var()
     unexplained = (batch["returns"] - batch["values"]).var() / var_y
     return {
@@ -681,7 +695,8 @@ def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> 
         "losses/ratio_dev_max": (ratios - 1.0).abs().max().item(),
         "losses/ratio_outside_frac": outside.float().mean().item(),
         "charts/policy_gain": gain.mean().item(),
-        "charts/actor_effective_rank": effective_rank(features),
+        "charts/actor_effective_rank": effective_rank(hidden[-1]),  # of the last hidden layer
+        "charts/actor_dormant_fraction": dormant_fraction(hidden),
         "charts/policy_std": new["std"].mean().item(),
         "losses/explained_variance": (1 - unexplained).item() if var_y > 0 else math.nan,
         "charts/advantage_mean": batch["advantages"].mean().item(),

@@ -184,3 +184,39 @@ def test_resume_restores_the_reward_normalizer(ppo, tmp_path, monkeypatch):
     ppo.train(toy_args(ppo, tmp_path, total_timesteps=60, resume=path))
     for key, value in saved.items():
         assert torch.equal(seen[0][key], value), key
+
+
+def test_dormant_fraction_against_hand_made_layers(script):
+    # Mean |activation| per unit 1, 1, 0.02, 2: the layer's mean is 1.005, and 0.02 / 1.005 is
+    # below Sokar et al.'s threshold 0.025, at any scale of the layer; 0.03 / 1.0075 = 0.0298 is
+    # above it.
+    h = torch.tensor([[1.0, -1.0, 0.02, 2.0], [-1.0, 1.0, -0.02, -2.0]])
+    assert script.dormant_fraction([h]) == 0.25
+    assert script.dormant_fraction([h * 100]) == script.dormant_fraction([h / 100]) == 0.25
+    h[:, 2] = 0.03
+    assert script.dormant_fraction([h]) == 0.0
+    silent = torch.tensor([[1.0, 0.0, 0.0, 1.0]]).repeat(2, 1)  # two units that never respond
+    assert script.dormant_fraction([h, silent]) == 2 / 8  # the fraction of all hidden units
+
+
+def test_diagnostics_counts_the_dead_units_of_every_hidden_layer(script):
+    torch.manual_seed(0)
+    args = script.Args(actor_layers=(8, 8), norm_obs=False)
+    agent = script.Agent(3, 2, args)
+    with torch.no_grad():  # 3 units of the first layer output tanh(0) = 0 whatever the input
+        agent.actor_mean[0].weight[:3] = 0.0
+        agent.actor_mean[0].bias[:3] = 0.0
+    obs, actions = torch.randn(64, 3), torch.randn(64, 2)
+    with torch.no_grad():
+        out = agent.get_action_and_value(obs, actions)
+    batch = {"obs": obs, "actions": actions, "logprobs": out["logprobs"]}
+    batch.update(advantages=torch.randn(64), returns=torch.randn(64), values=out["values"])
+    metrics = script.diagnostics(agent, batch, torch.ones(64), args)
+    # The reference, written out: both hidden layers' activations, each unit's score.
+    w1, b1 = agent.actor_mean[0].weight, agent.actor_mean[0].bias
+    w2, b2 = agent.actor_mean[2].weight, agent.actor_mean[2].bias
+    h1 = torch.tanh(obs @ w1.T + b1)
+    h2 = torch.tanh(h1 @ w2.T + b2)
+    dormant = [(h.abs().mean(0) / h.abs().mean() <= 0.025).sum().item() for h in (h1, h2)]
+    assert dormant[0] == 3
+    assert metrics["charts/actor_dormant_fraction"] == pytest.approx(sum(dormant) / 16)
