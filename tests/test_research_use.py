@@ -380,6 +380,23 @@ def test_evaluation_uses_seeds_the_training_envs_never_see(name, tmp_path, monke
     assert seeds["train"] and seeds["eval"] and not seeds["train"] & seeds["eval"]
 
 
+def test_appo_evaluates_on_seeds_its_actors_never_see(tmp_path, monkeypatch):
+    # The actors reset in processes of their own, with the seeds that --seed documents: env i of
+    # actor a gets seed + a * num_envs + i. Evaluation resets here.
+    appo = importlib.import_module("appo_vtrace")
+    seeds, original = set(), gym.vector.SyncVectorEnv.reset
+
+    def recording_reset(self, seed=None, options=None):
+        seeds.update(range(seed, seed + self.num_envs))
+        return original(self, seed=seed, options=options)
+
+    monkeypatch.setattr(gym.vector.SyncVectorEnv, "reset", recording_reset)
+    args = small_args(appo, tmp_path, num_actors=2, eval_every=1, eval_episodes=3)
+    appo.train(args)
+    actors = set(range(args.seed, args.seed + args.num_actors * args.num_envs))
+    assert seeds and not seeds & actors
+
+
 class GradientRecorder:
     """Stands in for the optimizers: keeps the norms of the actor's and the critic's gradients
     as a step would see them."""
