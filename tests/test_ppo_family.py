@@ -400,9 +400,9 @@ def test_resume_continues_the_step_count(ppo, short_run, tmp_path):
     assert ckpt["iteration"] == 4 and ckpt["args"]["num_envs"] == 4  # saved settings kept
 
 
-def test_same_seed_gives_identical_runs(ppo, tmp_path):
+def test_same_seed_gives_identical_runs_with_or_without_periodic_evaluation(ppo, tmp_path):
     a = ppo.train(short_args(ppo, tmp_path / "a", total_timesteps=1024))
-    b = ppo.train(short_args(ppo, tmp_path / "b", total_timesteps=1024))
+    b = ppo.train(short_args(ppo, tmp_path / "b", total_timesteps=1024, eval_every=1))
     c = ppo.train(short_args(ppo, tmp_path / "c", total_timesteps=1024, seed=2))
     keys = [k for k in a if k != "charts/SPS"]
     assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
