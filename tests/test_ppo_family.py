@@ -401,9 +401,12 @@ def test_resume_continues_the_step_count(ppo, short_run, tmp_path):
 
 
 def test_same_seed_gives_identical_runs_with_or_without_periodic_evaluation(ppo, tmp_path):
-    a = ppo.train(short_args(ppo, tmp_path / "a", total_timesteps=1024))
-    b = ppo.train(short_args(ppo, tmp_path / "b", total_timesteps=1024, eval_every=1))
-    c = ppo.train(short_args(ppo, tmp_path / "c", total_timesteps=1024, seed=2))
+    # Two iterations of 512 steps: b evaluates after the first, and trains on.
+    a = ppo.train(short_args(ppo, tmp_path / "a", total_timesteps=1024, num_steps=128))
+    b = ppo.train(
+        short_args(ppo, tmp_path / "b", total_timesteps=1024, num_steps=128, eval_every=1)
+    )
+    c = ppo.train(short_args(ppo, tmp_path / "c", total_timesteps=1024, num_steps=128, seed=2))
     keys = [k for k in a if k != "charts/SPS"]
     assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
     assert a["losses/policy_loss"] != c["losses/policy_loss"]
