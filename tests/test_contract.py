@@ -3,6 +3,7 @@ any env is built, checkpoints that are not ours say what is wrong, and resume ho
 typed now (learning rates included) or refuses the ones that cannot change."""
 
 import dataclasses
+import difflib
 import importlib
 import importlib.util
 import os
@@ -225,3 +226,23 @@ def test_a_closed_pipe_ends_the_run_without_a_traceback(name, tmp_path):
     proc.stdout.close()
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipe" not in err
+
+
+# The lines of ppo_continuous.py's harness (banner to end) that each copy changes, where its
+# algorithm differs: what `diff <(awk '/^# Harness:/{f=1} f' ppo_continuous.py) <(awk '/^#
+# Harness:/{f=1} f' X.py)` lists. Any change to one copy alone moves the count.
+HARNESS_DIFF = {"ppo_spo": 0, "ppo_symaug": 1, "ppo_ddp": 24, "appo_vtrace": 30}
+
+
+def harness(name: str) -> list[str]:
+    with open(os.path.join(ROOT, f"{name}.py")) as file:
+        text = file.read()
+    return text[text.index("\n# Harness:") :].splitlines()
+
+
+@pytest.mark.parametrize("name", list(HARNESS_DIFF))
+def test_every_harness_is_ppo_continuous_s_where_the_algorithm_is(name):
+    # So the subprocess and rendering tests need not run on every script: the copies are the same.
+    diff = difflib.unified_diff(harness("ppo_continuous"), harness(name), n=0, lineterm="")
+    changed = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert len(changed) == HARNESS_DIFF[name], "\n".join(changed)

@@ -608,7 +608,9 @@ def video_args(ppo, tmp_path):
     return short_args(ppo, tmp_path, video_dir=str(tmp_path / "videos"), **fields)
 
 
-def test_capture_video_writes_a_playable_mp4(ppo, tmp_path):
+@pytest.mark.parametrize("name", ["ppo_continuous"])  # one harness: test_contract
+def test_capture_video_writes_a_playable_mp4(name, tmp_path):
+    ppo = importlib.import_module(name)
     import imageio.v3 as iio
 
     ppo.train(video_args(ppo, tmp_path))
@@ -619,7 +621,9 @@ def test_capture_video_writes_a_playable_mp4(ppo, tmp_path):
     assert frames[0].std() > 1  # a real picture, not a blank frame
 
 
-def test_rendering_failure_is_one_line_and_training_continues(ppo, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("name", ["ppo_continuous"])  # one harness: test_contract
+def test_rendering_failure_is_one_line_and_training_continues(name, tmp_path, monkeypatch, capsys):
+    ppo = importlib.import_module(name)
     # EGL without a vendor library: the renderer fails half-built, and again when collected.
     monkeypatch.setenv("MUJOCO_GL", "egl")
     monkeypatch.setenv("__EGL_VENDOR_LIBRARY_FILENAMES", "/nonexistent.json")
