@@ -750,7 +750,8 @@ def evaluate_and_save(run: dict, state: tuple, stop: int):
     agent, _, _, args, progress = state
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
-        mean_return, _ = evaluate_run(agent, args, run["videos"], f"eval_step{step}")
+        returns, _ = evaluate_run(agent, args, run["videos"], f"eval_step{step}")
+        mean_return = float(returns.mean())
         run["writer"].add_scalar("eval/periodic_return", mean_return, step)
         if mean_return > progress["best_eval"]:
             progress["best_eval"] = mean_return
@@ -770,7 +771,8 @@ def finish_run(run: dict, state: tuple, metrics: dict, stop: int) -> dict:
         print(f"\n{signal.Signals(stop).name}: stopped at step {step}; resume with: "
               f"{resume_command(run['checkpoint'])}", file=sys.stderr)  # fmt: skip
         raise SystemExit(128 + stop)
-    mean_return, video = evaluate_run(agent, args, run["videos"], f"eval_step{step}")
+    returns, video = evaluate_run(agent, args, run["videos"], f"eval_step{step}")
+    mean_return = float(returns.mean())
     metrics = {**metrics, "eval/episodic_return": mean_return, "global_step": step}
     run["writer"].add_scalar("eval/episodic_return", mean_return, step)
     close_writer(run, args, video)
@@ -966,11 +968,11 @@ def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, video_path=Non
 
 
 def evaluate_run(agent: Agent, args: Args, videos: str | None, name: str):
-    """The mean deterministic return over --eval-episodes, on seeds the training envs never see,
-    and the video of the first episode (videos/name.mp4; None without a video folder)."""
+    """The deterministic returns of --eval-episodes, on seeds the training envs never see, and the
+    video of the first episode (videos/name.mp4; None without a video folder)."""
     video = videos and f"{videos}/{name}.mp4"
     returns = evaluate(agent, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, video)
-    return float(np.mean(returns)), video
+    return np.array(returns), video
 
 
 def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
@@ -981,10 +983,10 @@ def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     videos = os.path.join(args.video_dir, os.path.basename(run_dir_of(args.eval_checkpoint)))
     name = f"eval_checkpoint_step{ckpt['global_step']}"
     args = dataclasses.replace(args, env_id=ckpt["env_id"])
-    mean_return, _ = evaluate_run(agent, args, videos if can_film else None, name)
-    print(f"{args.env_id}: deterministic return {mean_return:.1f} over {args.eval_episodes} "
-          "episodes")  # fmt: skip
-    return {"eval/episodic_return": mean_return}
+    returns, _ = evaluate_run(agent, args, videos if can_film else None, name)
+    print(f"{args.env_id}: deterministic return {returns.mean():.1f} ± {returns.std():.1f} over "
+          f"{len(returns)} episodes")  # fmt: skip
+    return {"eval/episodic_return": float(returns.mean())}
 
 
 class CheckedEnv(gym.Wrapper):

@@ -7,6 +7,7 @@ import difflib
 import importlib
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -206,6 +207,7 @@ def test_eval_checkpoint_records_a_video(name, tmp_path, capsys):
     assert video.stat().st_size > 1000
     out = capsys.readouterr().out
     assert f"recording evaluation video -> {video}" in out and f"wrote {video}" in out
+    assert re.search(r"Walker2d-v5: deterministic return -?[\d.]+ ± 0.0 over 1 episodes", out)
 
 
 @pytest.mark.parametrize("name", ["ppo_continuous", "ppo_ddp", "appo_vtrace"])
