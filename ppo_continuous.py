@@ -82,6 +82,8 @@ class Args:
     bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
     l2c2_coef: float = 0.0  # weight of the L2C2 local smoothness regularizer of the actor
     l2c2_noise: float = 0.1  # half-width of the uniform noise on normalized obs for L2C2
+    recompute_advantages: bool = False  # GAE with the current critic before every epoch but the 1st
+    norm_value: bool = False  # the critic learns returns normalized by their running mean and std
 
     # Normalization
     norm_obs: bool = True  # normalize observations with a running mean/std kept in the agent
@@ -188,6 +190,9 @@ class Agent(nn.Module):
         super().__init__()
         self.norm_obs, self.clip_obs = args.norm_obs, args.clip_obs
         self.obs_rms = RunningMeanStd((obs_dim,))
+        self.norm_value = args.norm_value
+        if args.norm_value:  # Extra: statistics of the value targets, frozen in the update, saved
+            self.value_rms = RunningMeanStd()
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
         self.actor_mean = mlp(obs_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
@@ -202,8 +207,14 @@ class Agent(nn.Module):
         x = (obs - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)
         return x.clamp(-self.clip_obs, self.clip_obs).to(obs.dtype)
 
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        v = self.critic(x).squeeze(-1)
+        if self.norm_value:  # Extra: the critic's output is in the returns' normalized units
+            v = v * torch.sqrt(self.value_rms.var + 1e-8).float() + self.value_rms.mean.float()
+        return v
+
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.normalize(obs)).squeeze(-1)
+        return self.value(self.normalize(obs))
 
     def get_action_and_value(self, obs: torch.Tensor, actions: torch.Tensor | None = None):
         """A dict of [batch] tensors: actions (sampled unless given), their log-probs, the
@@ -218,7 +229,7 @@ class Agent(nn.Module):
         # torch.distributions.Normal, which costs more to build than these small networks.
         logprobs = (-0.5 * ((actions - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
         entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1)
-        values = self.critic(x).squeeze(-1)
+        values = self.value(x)
         return {"actions": actions, "logprobs": logprobs, "entropy": entropy, "values": values,
                 "means": mean, "std": std}  # fmt: skip
 
@@ -261,6 +272,9 @@ def ppo_loss(agent: Agent, mb: dict, args: Args):
     clipped = ratio.clamp(1.0 - low, 1.0 + high)
     pg_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
     values, returns, old_values = new["values"], mb["returns"], mb["values"]
+    if args.norm_value:  # Extra: the value loss in the critic's normalized units
+        scale = torch.sqrt(agent.value_rms.var + 1e-8).float()
+        values, returns, old_values = values / scale, returns / scale, old_values / scale
     if args.clip_vloss:
         v_clipped = old_values + (values - old_values).clamp(-args.clip_coef, args.clip_coef)
         v_loss = 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2).mean()
@@ -306,6 +320,7 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
     device = carry["obs"].device
     shape = (args.num_steps, args.num_envs)
     buf = {"obs": [], "actions": [], "logprobs": [], "values": [], "means": []}
+    successors = []  # s_{t+1} of each step's episode, for --recompute-advantages
     rewards, discounted = np.zeros(shape), np.zeros(shape)
     terminated, truncated = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
     final_values = torch.zeros(shape, device=device)
@@ -332,11 +347,14 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
         carry["discounted"][done] = 0.0
         # The obs returned for a finished episode is already the next one's reset obs: a truncated
         # episode bootstraps from V(final_obs); a terminated one needs no value.
+        successors.append(carry["obs"].clone())
         if truncated[t].any():
             idx = np.flatnonzero(truncated[t])
             final_obs = to_tensor(np.stack(info["final_obs"][idx]), device)
             final_values[t, idx] = agent.get_value(final_obs)
+            successors[t][idx] = final_obs
     rollout = {key: torch.stack(values) for key, values in buf.items()}
+    rollout["next_obs"] = torch.stack(successors)
     # V(s_{t+1}) of the same episode: the value the next step computed (one critic pass per
     # step), except after a truncation, where it is V(final_obs).
     next_values = torch.cat((rollout["values"][1:], agent.get_value(carry["obs"])[None]))
@@ -359,7 +377,9 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
     minibatch_size = batch_size // args.num_minibatches
     old_std = agent.actor_logstd.detach().exp()
     stats = {}
-    for _ in range(args.update_epochs):
+    for epoch in range(args.update_epochs):
+        if args.recompute_advantages and epoch > 0:  # Extra: GAE with the critic of this epoch
+            batch["advantages"], batch["returns"] = recompute_gae(agent, batch, args)
         last_epoch_ratios = []
         perm = torch.randperm(batch_size, device=batch["obs"].device)
         for start in range(0, batch_size, minibatch_size):
@@ -464,6 +484,8 @@ def train(args: Args) -> dict[str, float]:
             )
             if args.norm_obs:  # the normalizer learns from the rollout after the update
                 agent.obs_rms.update(batch["obs"])
+            if args.norm_value:  # Extra: so do the value targets' statistics
+                agent.value_rms.update(batch["returns"])
             progress["global_step"] += plan["batch_size"]
             progress["iteration"] = iteration
 
@@ -503,6 +525,23 @@ def adapt_lr_scale(optimizers, mb: dict, old_std, new: dict, lr_scale: float, ar
     lr_scale = new_lr / args.learning_rate
     set_learning_rate(optimizers, lr_scale)
     return lr_scale
+
+
+@torch.no_grad()
+def recompute_gae(agent: Agent, batch: dict, args: Args):
+    """--recompute-advantages: GAE (advantages, returns) of the flat batch with the current
+    critic, so that later epochs follow what the critic has learned (Andrychowicz et al. 2021,
+    "What Matters in On-Policy RL"). The batch is the [T, N] rollout flattened: view(T, -1)
+    restores the time axis, and next_obs[t] is s_{t+1} (the final obs after a truncation)."""
+    steps = args.num_steps
+    values = agent.get_value(batch["obs"]).view(steps, -1)
+    next_values = agent.get_value(batch["next_obs"]).view(steps, -1)
+    rewards, terminated = batch["rewards"].view(steps, -1), batch["terminated"].view(steps, -1)
+    advantages, returns = compute_gae(
+        rewards, values, next_values, terminated, batch["dones"].view(steps, -1),
+        args.gamma, args.gae_lambda,
+    )  # fmt: skip
+    return advantages.flatten(), returns.flatten()
 
 
 def bounds_loss(mean: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,7 @@ COLUMNS = [
     "flags",
     "final_return",
     "eval_return",
+    "max_eval_return",
     "sps",
     "wall_seconds",
     "date",
@@ -53,6 +54,9 @@ class Args:
     """env steps per run (over all envs and processes)"""
     flags: str = ""
     """extra flags passed to every script, written with "=": --flags="--num-envs 16" """
+    eval_every: int = 25
+    """--eval-every of every run: a deterministic evaluation every N iterations (25: every 51,200
+    steps at the defaults), whose best is max_eval_return; it leaves training unchanged (0: off)"""
     nproc: int = 2
     """processes per run for ppo_ddp.py (started with torchrun)"""
     results: str = os.path.join(HERE, "results.csv")
@@ -89,6 +93,8 @@ def command(args: Args, script: str, env_id: str, seed: int) -> list[str]:
         args.log_dir,
         "--exp-name",
         f"bench_{script[:-3]}",
+        "--eval-every",
+        str(args.eval_every),
         *shlex.split(args.flags),
     ]
 
@@ -104,6 +110,9 @@ def run_one(args: Args, script: str, env_id: str, seed: int) -> dict:
     run_dir = os.path.join(args.log_dir, run_name)
     returns = scalars(run_dir, "charts/episodic_return")
     evals = scalars(run_dir, "eval/episodic_return")
+    # The best deterministic evaluation over training, the final one included (Tianshou's metric).
+    periodic = scalars(run_dir, "eval/periodic_return")
+    best = max(v for _, v in periodic + evals) if periodic else ""
     sps = scalars(run_dir, "charts/SPS")
     flags = args.flags + (f" --nproc {args.nproc}" if script == "ppo_ddp.py" else "")
     row = {
@@ -114,6 +123,7 @@ def run_one(args: Args, script: str, env_id: str, seed: int) -> dict:
         "flags": flags.strip(),
         "final_return": round(float(np.mean([v for _, v in returns[-10:]])), 2),
         "eval_return": round(evals[-1][1], 2) if evals else "",
+        "max_eval_return": round(best, 2) if periodic else "",
         "sps": round(sps[-1][1]) if sps else "",
         "wall_seconds": round(wall),
         "date": datetime.date.today().isoformat(),

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, flags
+from conftest import ROOT, flags, read_events
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # its tools are scripts, not a package
 
@@ -25,6 +25,8 @@ def test_run_then_report(tmp_path):
             "--total-timesteps",
             "2048",
             "--flags=--num-envs 4 --eval-episodes 2",
+            "--eval-every",
+            "1",
             "--results",
             str(results),
             "--log-dir",
@@ -39,6 +41,14 @@ def test_run_then_report(tmp_path):
     assert [r["seed"] for r in rows] == ["1", "2"]
     assert all(float(r["sps"]) > 0 and r["flags"] == "--num-envs 4 --eval-episodes 2" for r in rows)
     assert float(rows[0]["eval_return"]) > 0 and float(rows[0]["final_return"]) > 0
+    # The best of the evaluations after iteration 1 and 2 (periodic) and the final one: run 1's
+    # TensorBoard log read again.
+    (run_1,) = (tmp_path / "runs").glob("*__1__*")
+    logged = read_events(run_1).Scalars
+    evals = [
+        e.value for tag in ("eval/periodic_return", "eval/episodic_return") for e in logged(tag)
+    ]
+    assert len(evals) == 3 and float(rows[0]["max_eval_return"]) == round(max(evals), 2)
     pytest.importorskip("matplotlib")
     out = subprocess.run(
         [
@@ -102,7 +112,7 @@ def test_symmetry_rows_name_the_flags_that_differ_from_the_defaults():
 def test_report_puts_default_runs_beside_the_peers_and_flagged_runs_apart():
     from report import table
 
-    def row(script, flags, seed, final):
+    def row(script, flags, seed, final, best=""):
         return {
             "env_id": "Hopper-v5",
             "script": script,
@@ -111,25 +121,27 @@ def test_report_puts_default_runs_beside_the_peers_and_flagged_runs_apart():
             "seed": seed,
             "final_return": final,
             "eval_return": "",
+            "max_eval_return": best,
             "sps": "100",
         }
 
     text = table(
         [
             row("ppo_spo.py", "", "1", "2000"),
-            row("ppo_spo.py", "", "2", "3000"),
+            row("ppo_spo.py", "", "2", "3000", best="3100"),
             row("ppo_ddp.py", "--num-envs 4 --nproc 2", "1", "2500"),
             row("ppo_spo.py", "--update-epochs 20", "1", "1000"),
         ]
     )
     defaults, experiments = text.split("**Experiments**")
     assert (
-        "| Hopper-v5 | `ppo_spo.py` |  | 1,000,000 | 1, 2 | 2500 ± 500 | – | 100 "
-        "| 2382.86 ± 271.74 | 2410.44 ± 10.03 | 2609.3 ± 700.8 |" in defaults
+        "| Hopper-v5 | `ppo_spo.py` |  | 1,000,000 | 1, 2 | 2500 ± 500 | – "
+        "| 3100 (1 of 2 runs) | 100 | 2382.86 ± 271.74 | 2410.44 ± 10.03 | 2609.3 ± 700.8 |"
+        in defaults
     )
     assert "`ppo_ddp.py` | `--num-envs 4 --nproc 2` | 1,000,000 | 1 | 2500 |" in experiments
     assert (
-        "| Hopper-v5 | `ppo_spo.py` | `--update-epochs 20` | 1,000,000 | 1 | 1000 | – | 100 |"
+        "| Hopper-v5 | `ppo_spo.py` | `--update-epochs 20` | 1,000,000 | 1 | 1000 | – | – | 100 |"
         in experiments
     )
 
