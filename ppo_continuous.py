@@ -19,6 +19,7 @@ Help:  python ppo_continuous.py --help
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import io
 import itertools
@@ -463,6 +464,8 @@ def train(args: Args) -> dict[str, float]:
     if ckpt is not None:  # Harness: resume the saved state and progress
         progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
     run = start_run(args, plan, can_film)  # Harness: run directory, start line
+    state = {"agent": agent, "optimizers": optimizers, "reward_rms": reward_rms, "args": args,
+             "progress": progress}  # fmt: skip  # Harness: what a checkpoint holds, by name
     loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
     carry = start_episodes(envs, progress["global_step"], args, device)
     last = plan["last_iteration"]
@@ -491,8 +494,7 @@ def train(args: Args) -> dict[str, float]:
 
             check_finite(run, metrics, agent, progress)  # Harness: divergence ends in one line
             metrics = log_iteration(run, metrics, optimizers, carry, progress)  # Harness
-            state = (agent, optimizers, reward_rms, args, progress)
-            stop = signals.signum if iteration < last else 0  # Harness: the signal, if any
+            stop = signals["signum"] if iteration < last else 0  # Harness: the signal, if any
             evaluate_and_save(run, state, stop)  # Harness: --eval-every, best.pt, checkpoint.pt
             if stop:  # Harness
                 break
@@ -783,10 +785,10 @@ def check_finite(run: dict, metrics: dict, agent, progress: dict):
              f"lower --learning-rate or --max-grad-norm; last good checkpoint: {last}")  # fmt: skip
 
 
-def evaluate_and_save(run: dict, state: tuple, stop: int):
+def evaluate_and_save(run: dict, state: dict, stop: int):
     """After an iteration: every --eval-every iterations a deterministic evaluation, keeping the
     best policy as best.pt; checkpoint.pt every --checkpoint-every, at the end and on a stop."""
-    agent, _, _, args, progress = state
+    agent, args, progress = state["agent"], state["args"], state["progress"]
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
         returns, _ = evaluate_run(agent, args, run["videos"], f"eval_step{step}")
@@ -794,16 +796,16 @@ def evaluate_and_save(run: dict, state: tuple, stop: int):
         run["writer"].add_scalar("eval/periodic_return", mean_return, step)
         if mean_return > progress["best_eval"]:
             progress["best_eval"] = mean_return
-            save_checkpoint(os.path.join(run["dir"], "best.pt"), *state)
+            save_checkpoint(os.path.join(run["dir"], "best.pt"), **state)
     periodic = args.checkpoint_every > 0 and iteration % args.checkpoint_every == 0
     if periodic or stop or iteration == run["last_iteration"]:
-        save_checkpoint(run["checkpoint"], *state)
+        save_checkpoint(run["checkpoint"], **state)
 
 
-def finish_run(run: dict, state: tuple, metrics: dict, stop: int) -> dict:
+def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
     """After a stop signal, exit with code 128 + its number (checkpoint.pt is saved). Otherwise
     evaluate the final policy deterministically; return the last iteration's metrics with it."""
-    agent, _, _, args, progress = state
+    agent, args, progress = state["agent"], state["args"], state["progress"]
     step = progress["global_step"]
     if stop:
         close_writer(run, args)
@@ -838,22 +840,13 @@ def resume_command(checkpoint_path: str) -> str:
 @contextlib.contextmanager
 def run_guard(run: dict, args: Args):
     """Opens the run's TensorBoard writer. Inside, a first SIGINT (Ctrl-C) or SIGTERM (preemption)
-    sets the yielded event and its .signum, which train() checks between iterations (a
+    sets the yielded dict's "signum", which train() checks between iterations (a
     KeyboardInterrupt inside TensorBoard's writer can hang its close()); a second stops at once,
     without saving: exit code 128 + signal. A write error (a full disk) is one line."""
-    stop = threading.Event()
-    stop.signum = 0
-
-    def on_signal(signum, frame):
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.signum = signum
-        stop.set()
-        os.write(2, f"\n{signal.Signals(signum).name}: stopping after this iteration\n".encode())
-
-    previous = {}  # signal handlers can only be set on the main thread
+    stop, previous = {"signum": 0}, {}  # signal handlers can only be set on the main thread
     if threading.current_thread() is threading.main_thread():
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        handler = functools.partial(on_signal, stop)
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     thread_hook, threading.excepthook = threading.excepthook, quiet_write_errors
     try:
         run["writer"] = make_writer(run["dir"], args) if run["dir"] else None  # ppo_ddp: rank 0
@@ -861,7 +854,7 @@ def run_guard(run: dict, args: Args):
     except KeyboardInterrupt:  # the state may be half-updated, so none is saved
         last = run["checkpoint"] if os.path.exists(run["checkpoint"]) else "none yet"
         print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
-        raise SystemExit(128 + (stop.signum or signal.SIGINT))
+        raise SystemExit(128 + (stop["signum"] or signal.SIGINT))
     except OSError as e:  # TensorBoard's log or a video (BrokenPipeError: stdout, __main__'s)
         if isinstance(e, BrokenPipeError):
             raise
@@ -870,6 +863,14 @@ def run_guard(run: dict, args: Args):
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         threading.excepthook = thread_hook
+
+
+def on_signal(stop: dict, signum: int, frame):
+    """run_guard's handler: the first signal is noted in stop, a second interrupts at once."""
+    if stop["signum"]:
+        raise KeyboardInterrupt
+    stop["signum"] = signum
+    os.write(2, f"\n{signal.Signals(signum).name}: stopping after this iteration\n".encode())
 
 
 def quiet_write_errors(hook_args):
