@@ -458,7 +458,7 @@ def test_command_line_error_has_no_traceback():
 def test_learns_inverted_pendulum(tmp_path):
     # Two actors, so that each batch mixes rollouts of different ages; 8 minibatches instead of 32
     # (a quarter of the gradient steps), as the learner is the bottleneck on 2 cores.
-    fields = dict(env_id="InvertedPendulum-v5", total_timesteps=60_000, num_actors=2, num_envs=4)
+    fields = dict(env_id="InvertedPendulum-v5", total_timesteps=40_960, num_actors=2, num_envs=4)
     metrics = appo.train(
         appo.Args(num_rollouts=2, num_minibatches=8, log_dir=str(tmp_path), **fields)
     )

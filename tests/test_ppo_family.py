@@ -564,7 +564,7 @@ def test_train_restores_the_ctrl_c_handler(ppo, tmp_path):
 def test_learns_inverted_pendulum(name, tmp_path):
     ppo = importlib.import_module(name)
     metrics = ppo.train(
-        ppo.Args(env_id="InvertedPendulum-v5", total_timesteps=60_000, log_dir=str(tmp_path))
+        ppo.Args(env_id="InvertedPendulum-v5", total_timesteps=40_960, log_dir=str(tmp_path))
     )
     assert metrics["eval/episodic_return"] >= 900
 
