@@ -2,6 +2,7 @@
 and the toy-env helpers. A test module imports what it needs from here (`from conftest import
 ...`), never from another test module."""
 
+import glob
 import importlib
 import os
 import subprocess
@@ -112,10 +113,13 @@ def assert_finite_metrics(metrics: dict, tags: list[str], global_step: int):
 
 
 def read_events(run_dir):
-    """The run's TensorBoard event file, loaded."""
+    """The run's newest TensorBoard event file, loaded (a resumed run has one per start). Not the
+    whole folder: files made in the same second sort by pid and counter as text, and on a step
+    lower than the last one read, the reader drops the later steps it has (a restart)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    return EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
+    newest = max(glob.glob(f"{run_dir}/events.out.tfevents.*"), key=os.path.getmtime)
+    return EventAccumulator(newest, size_guidance={"scalars": 0}).Reload()
 
 
 def allow_toy_env(ppo, monkeypatch):

@@ -13,8 +13,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, only_checkpoint, small_args
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from conftest import ROOT, only_checkpoint, read_events, small_args
 
 EXTRA_BAD_INPUT = {  # flags only a variant has
     "ppo_symaug": [(dict(mirror_loss_coef=-1.0), "--mirror-loss-coef must be >= 0")],
@@ -170,7 +169,7 @@ def test_resume_takes_the_learning_rates_typed_now(script, tmp_path):
     typed = ["--resume", path, "--total-timesteps", "384", "--learning-rate", "0.001"]
     typed += ["--critic-learning-rate", "0.002", "--no-anneal-lr"]
     script.train(script.parse_args(typed))
-    events = EventAccumulator(os.path.dirname(path)).Reload()
+    events = read_events(os.path.dirname(path))
     assert events.Scalars("charts/learning_rate")[-1].value == pytest.approx(0.001)
     ckpt = script.load_checkpoint(path)
     assert len(ckpt["optimizers"]) == 2
@@ -179,7 +178,7 @@ def test_resume_takes_the_learning_rates_typed_now(script, tmp_path):
         assert initial == {"actor": 0.001, "critic": 0.002}
     script.train(script.parse_args([*typed, "--total-timesteps", "512", "--desired-kl", "0.01"]))
     scale = script.load_checkpoint(path)["lr_scale"]
-    events = EventAccumulator(os.path.dirname(path)).Reload()
+    events = read_events(os.path.dirname(path))
     assert events.Scalars("charts/learning_rate")[-1].value == pytest.approx(0.001 * scale)
 
 
