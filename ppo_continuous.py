@@ -83,6 +83,8 @@ class Args:
     bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
     l2c2_coef: float = 0.0  # weight of the L2C2 local smoothness regularizer of the actor
     l2c2_noise: float = 0.1  # half-width of the uniform noise on normalized obs for L2C2
+    nonnegative_reward: bool = False  # clamp every reward at 0 from below before GAE
+    horizon_scale_reward: bool = False  # multiply every reward by (1 - gamma) before GAE
     recompute_advantages: bool = False  # GAE with the current critic before every epoch but the 1st
     norm_value: bool = False  # the critic learns returns normalized by their running mean and std
 
@@ -366,6 +368,12 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
         reward_rms.update(torch.as_tensor(discounted))
         scaled = rollout["rewards"] / torch.sqrt(reward_rms.var.float() + 1e-8)
         rollout["rewards"] = scaled.clamp(-args.clip_reward, args.clip_reward)
+    # Extras: max(r, 0) and (1 - gamma) r, on the scaled reward (the same as on the raw one: the
+    # scale is positive); the statistics of --norm-reward and the logged returns stay the env's.
+    if args.nonnegative_reward:
+        rollout["rewards"] = rollout["rewards"].clamp_min(0.0)
+    if args.horizon_scale_reward:  # the returns then average rewards over the horizon 1/(1-gamma)
+        rollout["rewards"] = rollout["rewards"] * (1.0 - args.gamma)
     rollout["terminated"] = to_tensor(terminated, device)
     rollout["dones"] = to_tensor(terminated | truncated, device)
     return rollout

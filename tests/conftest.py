@@ -140,13 +140,14 @@ class RecordingWriter:
         self.scalars.append((tag, float(value), step))
 
 
-def toy_rollout_and_batch(ppo, monkeypatch, **overrides):
-    """collect_rollout called directly: one rollout of 2 envs x 10 steps of CountsSteps, and the
-    flat batch ppo_update takes (with GAE's advantages and returns)."""
+def toy_rollout_and_batch(ppo, monkeypatch, env_id=TOY_ENV, **overrides):
+    """collect_rollout called directly: one rollout of 2 envs x 10 steps of CountsSteps (or another
+    toy env with 1-dim observations and actions), and the flat batch ppo_update takes (with GAE's
+    advantages and returns)."""
     allow_toy_env(ppo, monkeypatch)
     torch.manual_seed(0)
     args = toy_args(ppo, "unused", **overrides)
-    envs = ppo.make_envs(TOY_ENV, args.num_envs, args.seed)
+    envs = ppo.make_envs(env_id, args.num_envs, args.seed)
     agent = ppo.Agent(1, 1, args)
     agent.obs_rms.update(torch.arange(6.0)[:, None])  # statistics of the obs 0..5
     carry = ppo.start_episodes(envs, 100, args, torch.device("cpu"))

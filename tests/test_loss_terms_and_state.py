@@ -6,7 +6,7 @@ Run once per script of the PPO family (ppo_continuous.py and the variants copied
 import numpy as np
 import pytest
 import torch
-from conftest import RecordingWriter, allow_toy_env, toy_args
+from conftest import RecordingWriter, allow_toy_env, toy_args, toy_rollout_and_batch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 
@@ -124,6 +124,34 @@ def test_scaled_rewards_are_clipped_and_raw_without_norm_reward(ppo, monkeypatch
     )
     rewards = toy_rollout(ppo, monkeypatch, norm_reward=False, clip_reward=0.3)["rewards"]
     torch.testing.assert_close(rewards, torch.ones(10, 2))
+
+
+@pytest.mark.parametrize("nonnegative", [False, True])
+@pytest.mark.parametrize("horizon", [False, True])
+def test_reward_options_on_a_hand_computed_rollout(ppo, monkeypatch, nonnegative, horizon):
+    """SignedRewards gives -2, 2, -2, 2, -2 per episode, two episodes per env in 10 steps:
+    --nonnegative-reward makes them 0, 2, 0, 2, 0 and --horizon-scale-reward multiplies by
+    1 - 0.99. The logged returns stay the env's (-2 per episode)."""
+    options = dict(nonnegative_reward=nonnegative, horizon_scale_reward=horizon)
+    _, _, carry, _, rollout, _ = toy_rollout_and_batch(
+        ppo, monkeypatch, env_id="toy_envs:SignedRewards-v0", norm_reward=False, **options
+    )
+    episode = [0.0 if nonnegative else -2.0, 2.0] * 2 + [0.0 if nonnegative else -2.0]
+    expected = torch.tensor(episode * 2, dtype=torch.float32) * (0.01 if horizon else 1.0)
+    torch.testing.assert_close(rollout["rewards"], expected[:, None].expand(10, 2))
+    assert carry["episodes"] == [(-2.0, 5)] * 4
+
+
+def test_reward_options_keep_the_scale_of_norm_reward(ppo, monkeypatch):
+    """With --norm-reward the options apply to the scaled rewards, whose scale is still that of the
+    env's own rewards: the same rollout with the options is the one without, clamped and scaled."""
+    rollouts = [
+        toy_rollout_and_batch(ppo, monkeypatch, env_id="toy_envs:SignedRewards-v0", **options)[4]
+        for options in ({}, dict(nonnegative_reward=True, horizon_scale_reward=True))
+    ]
+    expected = rollouts[0]["rewards"].clamp_min(0.0) * 0.01
+    torch.testing.assert_close(rollouts[1]["rewards"], expected)
+    assert rollouts[0]["rewards"].abs().max() != 2.0  # scaled
 
 
 def test_target_kl_stops_the_epochs(ppo, monkeypatch):

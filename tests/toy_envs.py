@@ -39,6 +39,18 @@ if "TerminatesAtTimeLimit-v0" not in gym.registry:
     gym.register("TerminatesAtTimeLimit-v0", entry_point=TerminatesAtTimeLimit, max_episode_steps=5)
 
 
+class SignedRewards(AlwaysTruncates):
+    """Rewards -2, 2, -2, 2, -2, then truncated: an episode's return is -2."""
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), 2.0 * (-1) ** self.t, False, self.t >= 5, {}
+
+
+if "SignedRewards-v0" not in gym.registry:
+    gym.register("SignedRewards-v0", entry_point=SignedRewards)
+
+
 class CountsSteps(AlwaysTruncates):
     """Reward 1 every step, truncated after 5 steps, like AlwaysTruncates, but the observation is
     the step count: the final observation (5) differs from the reset one (0), so a test can tell
