@@ -106,6 +106,7 @@ class Args:
     log_dir: str = "runs"  # runs are written to {log_dir}/{env_id}__{exp_name}__{seed}__{time}
     checkpoint_every: int = 50  # write <run>/checkpoint.pt every N iterations (0: at the end only)
     resume: str | None = None  # continue this checkpoint's run (flags you type override its own)
+    init_from: str | None = None  # a new run from this checkpoint's networks and normalizer only
     eval_checkpoint: str | None = None  # only evaluate the policy in this checkpoint, then exit
     eval_every: int = 0  # evaluate every N iterations and keep the best policy as best.pt (0: off)
     eval_episodes: int = 10  # episodes of every evaluation (final, --eval-every, --eval-checkpoint)
@@ -460,6 +461,8 @@ def train(args: Args) -> dict[str, float]:
     envs = make_envs(args.env_id, args.num_envs, args.seed)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args).to(device)
+    if args.init_from is not None:  # Harness: a new run from a checkpoint's weights
+        init_from(agent, args)
     optimizers = make_optimizers(agent, args)
     reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
     progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
@@ -638,6 +641,9 @@ def check_args(args: Args):
         )
     if args.norm_adv and batch_size // args.num_minibatches < 2:
         fail("minibatches of one sample: the advantages of one sample cannot be normalized")
+    if args.init_from is not None and args.resume is not None:
+        fail("--init-from starts a new run from a checkpoint's weights, --resume goes on with its "
+             "run: one or the other")  # fmt: skip
     if args.cuda and not torch.cuda.is_available():
         fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
     if args.track and importlib.util.find_spec("wandb") is None:
@@ -924,7 +930,7 @@ def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
             group.update(setting)
     reward_rms.load_state_dict(ckpt["reward_rms"])
     torch.set_rng_state(ckpt["rng"]["torch"])
-    ignored = ("resume", "log_dir")  # the run goes on in the checkpoint's directory
+    ignored = ("resume", "log_dir", "init_from")  # the run goes on in its own directory
     changed = [f"{k}={v}" for k, v in vars(args).items() if ckpt["args"].get(k) != v]
     changed = ", ".join(text for text in changed if text.split("=")[0] not in ignored) or "none"
     print(f"resuming {args.resume} at step {ckpt['global_step']}; changed: {changed}")
@@ -936,9 +942,32 @@ def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
     return progress
 
 
+def init_from(agent, args: Args):
+    """--init-from: a new run from a checkpoint's networks and observation normalizer; its
+    optimizer, step count, schedule and reward scaler are not taken. The shapes must match."""
+    ckpt, path = load_checkpoint(args.init_from), args.init_from
+    for name in ("actor_layers", "critic_layers"):
+        saved = " ".join(map(str, ckpt["args"][name]))
+        typed = " ".join(map(str, getattr(args, name)))
+        if saved != typed:
+            fail(f"--init-from {path}: its --{name.replace('_', '-')} are {saved}, not {typed}")
+    dims = (agent.obs_rms.mean.shape[0], agent.actor_logstd.shape[0])
+    if (ckpt["obs_dim"], ckpt["act_dim"]) != dims:
+        fail(f"--init-from {path}: {ckpt['env_id']} has {ckpt['obs_dim']} observations and "
+             f"{ckpt['act_dim']} actions, {args.env_id} {dims[0]} and {dims[1]}")  # fmt: skip
+    try:
+        agent.load_state_dict(ckpt["agent"])
+    except RuntimeError as e:  # other state, e.g. a normalizer that only one side has
+        fail(f"--init-from {path}: other networks ({str(e).splitlines()[1].strip()})")
+    other = f"; it was trained on {ckpt['env_id']}" if ckpt["env_id"] != args.env_id else ""
+    print(f"note: starting from the networks and observation normalizer of {path} (step "
+          f"{ckpt['global_step']}){other}")  # fmt: skip
+
+
 def saved_args(ckpt: dict) -> Args:
-    """The settings a checkpoint was trained with (fields this version lacks are dropped)."""
-    names = [field.name for field in dataclasses.fields(Args)]
+    """The settings a checkpoint was trained with (fields this version lacks are dropped, and
+    --init-from, which only the start of a run takes)."""
+    names = [field.name for field in dataclasses.fields(Args) if field.name != "init_from"]
     return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
 
 

@@ -442,3 +442,60 @@ def test_resume_restores_the_torch_generator(script, tmp_path):
     optimizers = script.make_optimizers(agent, args)
     script.resume_run(ckpt, args, agent, *target, optimizers, script.RunningMeanStd())
     assert torch.equal(torch.rand(4), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# --init-from: a new run from a checkpoint's networks and observation normalizer, nothing else
+# ---------------------------------------------------------------------------------------------
+def test_init_from_takes_the_weights_and_normalizer_and_starts_the_rest_afresh(
+    script, tmp_path, capsys
+):
+    script.train(small_args(script, tmp_path / "a"))  # 2 iterations of 128 steps, 2 steps each
+    source = script.load_checkpoint(only_checkpoint(tmp_path / "a"))
+    # A learning rate so small that no weight can move: those the run ends with are the source's.
+    run_dir = os.path.dirname(only_checkpoint(tmp_path / "a"))  # a run directory will do
+    fields = dict(init_from=run_dir, learning_rate=1e-12, total_timesteps=128)
+    script.train(small_args(script, tmp_path / "b", **fields))
+    assert (
+        "note: starting from the networks and observation normalizer of" in capsys.readouterr().out
+    )
+    ckpt = script.load_checkpoint(only_checkpoint(tmp_path / "b"))
+    for key, value in source["agent"].items():
+        if "obs_rms" not in key:
+            torch.testing.assert_close(ckpt["agent"][key], value, rtol=0, atol=1e-8)
+    count = source["agent"]["obs_rms.count"].item()
+    # It went on from the source's statistics, by one iteration's observations (half of what the
+    # source's two iterations gave it: ppo_symaug feeds it mirrored copies too).
+    assert ckpt["agent"]["obs_rms.count"].item() == pytest.approx(count + (count - 1e-4) / 2)
+    assert ckpt["global_step"] == 128 and ckpt["iteration"] == 1  # a new count
+    assert ckpt["reward_rms"]["count"] < source["reward_rms"]["count"]  # a new scaler
+    adam_steps = {s["step"].item() for s in ckpt["optimizers"][0]["state"].values()}
+    assert adam_steps == {2.0}  # a new optimizer: one iteration's two minibatches
+    assert script.load_checkpoint(only_checkpoint(tmp_path / "a"))["global_step"] == 256
+
+
+def test_init_from_refuses_other_shapes_and_resume_notes_another_env_and_is_not_resumed(
+    tmp_path, capsys
+):
+    ppo = importlib.import_module("ppo_continuous")  # the harness of every script: test_contract
+    ppo.train(small_args(ppo, tmp_path / "a", actor_layers=(8, 8)))
+    source = only_checkpoint(tmp_path / "a")
+    refused = [
+        (dict(), f"--init-from {source}: its --actor-layers are 8 8, not 64 64"),
+        (dict(env_id="Hopper-v5"), "Walker2d-v5 has 17 observations and 6 actions, Hopper-v5 11"),
+        (dict(norm_value=True), 'other networks (Missing key(s) in state_dict: "value_rms.mean"'),
+        (dict(resume=source), "--init-from starts a new run from a checkpoint's weights, --resume"),
+    ]
+    for overrides, message in refused:
+        fields = {"actor_layers": (8, 8), **overrides} if overrides else {}
+        with pytest.raises(SystemExit) as stopped:
+            ppo.train(small_args(ppo, tmp_path / "b", init_from=source, **fields))
+        assert message in str(stopped.value.code)
+    # HalfCheetah has Walker2d's shapes: fine-tuning on another task, said at the start.
+    typed = ["--init-from", source, "--env-id", "HalfCheetah-v5", "--actor-layers", "8", "8"]
+    typed += ["--total-timesteps", "128", "--num-envs", "2", "--num-steps", "64"]
+    ppo.train(ppo.parse_args([*typed, "--log-dir", str(tmp_path / "c"), "--eval-episodes", "1"]))
+    assert f"of {source} (step 256); it was trained on Walker2d-v5" in capsys.readouterr().out
+    resumed = ppo.parse_args(["--resume", str(tmp_path / "c" / os.listdir(tmp_path / "c")[0])])
+    assert resumed.init_from is None  # the resumed run goes on from its own weights
+    assert ppo.train(dataclasses.replace(resumed, total_timesteps=256))["global_step"] == 256
