@@ -684,8 +684,13 @@ def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> 
 
 # Harness: checkpoints, resume, signals, evaluation, video, logging --------------------------------
 def fail(message: str):
-    """Bad input: one line on stderr and exit code 1, no traceback (rank 0's, under torchrun)."""
-    raise SystemExit(f"error: {message}" if os.environ.get("RANK", "0") == "0" else 1)
+    """Bad input: one line on stderr and exit code 1, no traceback: rank 0's, under torchrun. The
+    other ranks wait first: torchrun stops every rank once one exits, which could stop rank 0
+    before it has printed; a rank that fails alone says why after the wait."""
+    rank_ = os.environ.get("RANK", "0")
+    if rank_ != "0":
+        time.sleep(10.0)
+    raise SystemExit(f"error: {message}" if rank_ == "0" else f"error (rank {rank_}): {message}")
 
 
 def check_args(args: Args):

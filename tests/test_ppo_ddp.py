@@ -409,3 +409,18 @@ def test_a_bad_flag_is_one_line_of_rank_0_under_torchrun(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert err.count("error: --max-grad-norm must be positive, got -1.0") == 1
+
+
+def test_a_rank_other_than_0_waits_before_it_says_why_it_stops(monkeypatch):
+    """torchrun stops every rank when one exits: rank 1 waits, so that rank 0's line (the same
+    error) comes out; a rank that fails alone says why after the wait, with its rank."""
+    waits = []
+    monkeypatch.setattr(ppo_ddp.time, "sleep", waits.append)
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(SystemExit) as stopped:
+        ppo_ddp.fail("no space left on device")
+    assert waits == [10.0] and stopped.value.code == "error (rank 1): no space left on device"
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(SystemExit) as stopped:
+        ppo_ddp.fail("no space left on device")
+    assert waits == [10.0] and stopped.value.code == "error: no space left on device"
