@@ -88,6 +88,10 @@ class Args:
     mirror_loss_coef: float = 1.0
     """weight of the mirror loss ||mu(M_o s) - M_a mu(s)||^2, which makes the mean symmetric where
     the augmentation cannot: beyond the action bounds (0: augmentation only; see the README)"""
+    symmetry: Literal["augment", "network"] = "augment"
+    """augment: each minibatch with its mirror image, and the mirror loss; network: the actor mean,
+    log-std and critic symmetric by construction, no mirrored copies, --mirror-loss-coef ignored
+    (the mirror loss is identically zero)"""
 
     # Extras (0: off)
     bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
@@ -206,6 +210,20 @@ class Agent(nn.Module):
         self.actor_mean = mlp(obs_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
         self.critic = mlp(obs_dim, args.critic_layers, 1, out_std=1.0)
+        self.symmetric = args.symmetry == "network"
+        if self.symmetric:  # mu(M_o s) = M_a mu(s), V(M_o s) = V(s), for every weight
+            mirror_obs, mirror_act = make_mirror_fns(args.env_id)
+            self.actor_mean = Symmetrized(self.actor_mean, mirror_obs, mirror_act)
+            self.critic = Symmetrized(self.critic, mirror_obs, nn.Identity())
+            # x @ |M_a| permutes the log-stds as M_a does the actions (a std has no sign).
+            permutation = mirror_act(torch.eye(act_dim)).abs()
+            self.register_buffer("logstd_permutation", permutation, persistent=False)
+
+    def logstd(self) -> torch.Tensor:
+        """The log-std; with --symmetry network, averaged with its mirror image."""
+        if not self.symmetric:
+            return self.actor_logstd
+        return 0.5 * (self.actor_logstd + self.actor_logstd @ self.logstd_permutation)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         return [*self.actor_mean.parameters(), self.actor_logstd]
@@ -224,7 +242,7 @@ class Agent(nn.Module):
         entropies, the values, and the Gaussian's means and std."""
         x = self.normalize(obs)
         mean = self.actor_mean(x)
-        logstd = self.actor_logstd.expand_as(mean)
+        logstd = self.logstd().expand_as(mean)
         std = logstd.exp()
         if actions is None:
             actions = torch.normal(mean, std)
@@ -235,6 +253,25 @@ class Agent(nn.Module):
         values = self.critic(x).squeeze(-1)
         return {"actions": actions, "logprobs": logprobs, "entropy": entropy, "values": values,
                 "means": mean, "std": std}  # fmt: skip
+
+
+class Symmetrized(nn.Sequential):
+    """The MLP f made equivariant (--symmetry network): x -> (f(x) + M_out f(M_in x)) / 2, so that
+    a mirrored input gives the mirrored output, as M_in and M_out are involutions; invariant with
+    M_out the identity. x is the normalized observation: the normalizer is mirror-invariant, so
+    M_o commutes with it. The layers stay f's, under f's names in the state dict."""
+
+    def __init__(self, f: nn.Sequential, mirror_in, mirror_out):
+        super().__init__(*f)
+        self.mirror_in, self.mirror_out = mirror_in, mirror_out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * (super().forward(x) + self.mirror_out(super().forward(self.mirror_in(x))))
+
+    def __getitem__(self, index):  # a slice: f's own layers (the diagnostics read f's features)
+        if isinstance(index, slice):
+            return nn.Sequential(*list(self)[index])
+        return super().__getitem__(index)
 
 
 # Mirror maps --------------------------------------------------------------------------------------
@@ -360,9 +397,11 @@ def ppo_loss(agent: Agent, mb: dict, args: Args, mirror_obs, mirror_act):
     minibatch. Returns the loss to minimize, the loss terms (for logging) and the new policy's
     outputs (get_action_and_value's dict, with the log-ratio and the ratio). The loss covers the
     minibatch and its mirror image (and the mirror loss); the outputs and the KL statistics are
-    the original half's, so that they measure the KL on the on-policy data."""
+    the original half's, so that they measure the KL on the on-policy data. With --symmetry
+    network the policy is symmetric by construction: no mirror image, no mirror loss."""
     n = mb["obs"].shape[0]
-    mb = augment_minibatch(mb, mirror_obs, mirror_act)
+    if args.symmetry == "augment":  # the minibatch and its mirror image
+        mb = augment_minibatch(mb, mirror_obs, mirror_act)
     new = agent.get_action_and_value(mb["obs"], mb["actions"])
     new["logratio"] = new["logprobs"] - mb["logprobs"]
     ratio = new["logratio"].exp()
@@ -389,15 +428,16 @@ def ppo_loss(agent: Agent, mb: dict, args: Args, mirror_obs, mirror_act):
     if args.l2c2_coef > 0:
         terms["l2c2_loss"] = l2c2_loss(agent, mb["obs"], new["means"], args.l2c2_noise)
         loss = loss + args.l2c2_coef * terms["l2c2_loss"]
-    # The mirrored half's means are mu(M_o s): no extra forward pass (logged at coefficient 0 too).
-    terms["symmetry_loss"] = symmetry_mse(new["means"][:n], new["means"][n:], mirror_act)
-    with torch.no_grad():  # how far off-policy the mirrored half is (its copied old log-probs)
-        mirror_ratio = ratio[n:]
-        terms["mirror_approx_kl"] = ((mirror_ratio - 1) - new["logratio"][n:]).mean()
-        outside = (mirror_ratio < 1 - low) | (mirror_ratio > 1 + high)
-        terms["mirror_clipfrac"] = outside.float().mean()
-    if args.mirror_loss_coef > 0:
-        loss = loss + args.mirror_loss_coef * terms["symmetry_loss"]
+    if args.symmetry == "augment":
+        # The mirrored half's means are mu(M_o s): no extra forward pass (logged at 0 too).
+        terms["symmetry_loss"] = symmetry_mse(new["means"][:n], new["means"][n:], mirror_act)
+        with torch.no_grad():  # how far off-policy the mirrored half is (its copied log-probs)
+            mirror_ratio = ratio[n:]
+            terms["mirror_approx_kl"] = ((mirror_ratio - 1) - new["logratio"][n:]).mean()
+            outside = (mirror_ratio < 1 - low) | (mirror_ratio > 1 + high)
+            terms["mirror_clipfrac"] = outside.float().mean()
+        if args.mirror_loss_coef > 0:
+            loss = loss + args.mirror_loss_coef * terms["symmetry_loss"]
     new = {key: value[:n] for key, value in new.items()}  # the original half from here on
     ratio = new["ratio"]
     with torch.no_grad():  # how far the policy has moved: KL estimates, clipped fractions
@@ -488,7 +528,7 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
     mirror_obs, mirror_act = make_mirror_fns(args.env_id)  # looked up at call time: tests swap it
     batch_size = batch["obs"].shape[0]
     minibatch_size = batch_size // args.num_minibatches
-    old_std = agent.actor_logstd.detach().exp()
+    old_std = agent.logstd().detach().exp()
     stats = {}
     for _ in range(args.update_epochs):
         last_epoch_ratios = []
@@ -784,7 +824,7 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
             fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
-        for name in ("actor_layers", "critic_layers", "optimizer"):
+        for name in ("actor_layers", "critic_layers", "optimizer", "symmetry"):
             saved = ckpt["args"][name]
             if getattr(args, name) != saved:
                 fail(f"--{name.replace('_', '-')} cannot change on resume (saved: {saved})")

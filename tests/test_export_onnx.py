@@ -21,16 +21,20 @@ import export_onnx  # noqa: E402
 ENV_ID = "Humanoid-v5"  # action bounds +-0.4: leaving out the scaling changes every action
 
 
-@pytest.fixture(scope="module", params=ALL_SCRIPTS)
+@pytest.fixture(scope="module", params=[*ALL_SCRIPTS, "ppo_symaug:network"])
 def trained(request, tmp_path_factory):
     """A checkpoint of two iterations on Humanoid (the normalizer has left mean 0 and var 1),
-    with the actor's last layer scaled up so that its means leave [-1, 1] (the clip is active)."""
-    script = importlib.import_module(request.param)
-    log_dir = tmp_path_factory.mktemp(request.param)
+    with the actor's last layer scaled up so that its means leave [-1, 1] (the clip is active).
+    "ppo_symaug:network": ppo_symaug.py with --symmetry network."""
+    name, _, symmetry = request.param.partition(":")
+    script = importlib.import_module(name)
+    log_dir = tmp_path_factory.mktemp(name)
     fields = dict(env_id=ENV_ID, total_timesteps=256, num_envs=2, num_steps=64)
     fields.update(num_minibatches=2, update_epochs=1, eval_episodes=1, log_dir=str(log_dir))
-    if request.param == "appo_vtrace":
+    if name == "appo_vtrace":
         fields.update(num_actors=1, num_rollouts=1)
+    if symmetry:
+        fields.update(symmetry=symmetry)
     script.train(script.Args(eval_every=1, **fields))
     (run_dir,) = log_dir.glob("*")
     ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)
@@ -62,6 +66,10 @@ def test_onnx_action_equals_the_scripts_deterministic_action(trained, tmp_path):
     assert action.dtype == np.float32 and action.shape == (7, 17)
     np.testing.assert_allclose(action, expected, atol=1e-5, rtol=0)
     assert np.abs(action).max() <= 0.4 + 1e-6
+    if getattr(agent, "symmetric", False):  # deployed symmetric too: a(M_o s) = M_a a(s)
+        mirror_obs, mirror_act = script.make_mirror_fns(ENV_ID)
+        (mirrored,) = session.run(None, {"obs": mirror_obs(obs).numpy()})
+        np.testing.assert_allclose(mirrored, mirror_act(torch.from_numpy(action)), atol=1e-5)
 
 
 def test_onnx_file_holds_the_metadata(trained, tmp_path):

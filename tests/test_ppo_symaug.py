@@ -316,3 +316,90 @@ def test_short_run_logs_symmetry_and_keeps_the_normalizer_mirror_invariant(tmp_p
     torch.testing.assert_close(
         agent.normalize(mirror_obs(obs)), mirror_obs(agent.normalize(obs)), atol=1e-5, rtol=0
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# --symmetry network: the actor mean, log-std and critic symmetric by construction
+# ---------------------------------------------------------------------------------------------
+def network_agent(env_id: str):
+    """A --symmetry network agent for env_id with every weight, bias and log-std drawn at random
+    (far from the initialization, as after training), and a normalizer of random statistics made
+    mirror-invariant as the script makes them; with env_id's maps and sizes."""
+    env = gym.make(env_id)
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    env.close()
+    torch.manual_seed(0)
+    agent = ps.Agent(obs_dim, act_dim, ps.Args(env_id=env_id, symmetry="network"))
+    mirror_obs, mirror_act = ps.make_mirror_fns(env_id)
+    with torch.no_grad():
+        for parameter in agent.parameters():
+            parameter.normal_(0.0, 0.5)
+        data = torch.randn(256, obs_dim) * 3.0 + 1.0
+        agent.obs_rms.update(torch.cat([data, mirror_obs(data)]))
+    return agent, mirror_obs, mirror_act
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_network_mode_is_symmetric_by_construction(env_id):
+    """At initialization and with any weights: mu(M_o s) = M_a mu(s) (the symmetry error, a mean
+    of squares, at most 1e-10), V(M_o s) = V(s), and pi(M_a a | M_o s) = pi(a | s)."""
+    agent, mirror_obs, mirror_act = network_agent(env_id)
+    obs_dim, act_dim = agent.obs_rms.mean.shape[0], agent.actor_logstd.shape[0]
+    initial = ps.Agent(obs_dim, act_dim, ps.Args(env_id=env_id, symmetry="network"))
+    obs = torch.randn(64, obs_dim) * 2.0 + 1.0
+    assert ps.symmetry_error(initial, obs, mirror_obs, mirror_act) <= 1e-10
+    assert ps.symmetry_error(agent, obs, mirror_obs, mirror_act) <= 1e-10
+    actions = torch.randn(64, act_dim)
+    with torch.no_grad():
+        policy = agent.get_action_and_value(obs, actions)
+        mirrored = agent.get_action_and_value(mirror_obs(obs), mirror_act(actions))
+    torch.testing.assert_close(mirrored["values"], policy["values"])
+    torch.testing.assert_close(mirrored["logprobs"], policy["logprobs"])
+
+
+def test_network_mode_averages_each_network_with_its_mirror_image():
+    """The formulas, against f and g (the layers inside the symmetric modules) called directly:
+    mu = (f(x) + M_a f(M_o x)) / 2, V = (g(x) + g(M_o x)) / 2 and log-std (p + |M_a| p) / 2."""
+    agent, mirror_obs, mirror_act = network_agent("Walker2d-v5")
+    f, g = torch.nn.Sequential(*agent.actor_mean), torch.nn.Sequential(*agent.critic)
+    x = torch.randn(16, 17)
+    p = agent.actor_logstd
+    with torch.no_grad():
+        torch.testing.assert_close(agent.actor_mean(x), (f(x) + mirror_act(f(mirror_obs(x)))) / 2)
+        torch.testing.assert_close(agent.critic(x), (g(x) + g(mirror_obs(x))) / 2)
+        permuted = mirror_act(p) * mirror_act(torch.ones_like(p))  # the signs squared away
+        torch.testing.assert_close(agent.logstd(), (p + permuted) / 2)
+        assert not torch.allclose(agent.actor_mean(x), f(x), atol=1e-3)  # f alone is not it
+
+
+def test_network_mode_does_not_double_the_minibatch(monkeypatch):
+    agent, mirror_obs, mirror_act = network_agent("Walker2d-v5")
+    sizes, original = [], agent.get_action_and_value
+
+    def recording(obs, actions=None):
+        sizes.append(len(obs))
+        return original(obs, actions)
+
+    monkeypatch.setattr(agent, "get_action_and_value", recording)
+    obs, actions = torch.randn(16, 17), torch.randn(16, 6)
+    with torch.no_grad():
+        logprobs = original(obs, actions)["logprobs"]
+    mb = {"obs": obs, "actions": actions, "logprobs": logprobs, "advantages": torch.randn(16)}
+    mb.update(returns=torch.zeros(16), values=torch.zeros(16), means=torch.zeros(16, 6))
+    args = ps.Args(symmetry="network", mirror_loss_coef=5.0)  # ignored: identically zero
+    _, terms, new = ps.ppo_loss(agent, mb, args, mirror_obs, mirror_act)
+    assert sizes == [16] and len(new["ratio"]) == 16
+    assert "symmetry_loss" not in terms and "mirror_approx_kl" not in terms
+
+
+def test_network_mode_trains_evaluates_as_trained_and_keeps_its_mode_on_resume(tmp_path):
+    metrics = ps.train(small_args(ps, tmp_path, symmetry="network", update_epochs=2))
+    assert metrics["charts/symmetry_error"] <= 1e-10
+    assert all(np.isfinite(v) for k, v in metrics.items() if k != "losses/explained_variance")
+    path = str(next(tmp_path.glob("*/checkpoint.pt")))
+    evaluated = ps.train(ps.Args(eval_checkpoint=path, eval_episodes=1))  # the run's eval seeds
+    assert evaluated["eval/episodic_return"] == metrics["eval/episodic_return"]
+    typed = ["--resume", path, "--symmetry", "augment", "--total-timesteps", "384"]
+    with pytest.raises(SystemExit) as stopped:
+        ps.train(ps.parse_args(typed))
+    assert str(stopped.value.code) == "error: --symmetry cannot change on resume (saved: network)"
