@@ -424,8 +424,8 @@ def test_ctrl_c_saves_a_checkpoint_and_stops_every_actor(tmp_path):
     proc, pids = start_script(tmp_path)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
-    assert "resume with: python appo_vtrace.py --resume " in err and "Traceback" not in err
+    assert proc.returncode == 130, err
+    assert "resume with: python appo_vtrace.py --resume " in err and "Traceback" not in err, err
     assert_all_gone(pids)
     ckpt = appo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
     assert ckpt["global_step"] >= 256 and ckpt["global_step"] % 256 == 0
