@@ -1,13 +1,15 @@
-"""The defaults selection of benchmarks/README.md, from results.csv: the selection table (seeds 1
-and 2 of each candidate) and the held-out table (the winner on seeds 11-13, beside today's
-defaults on the seeds they ran outside the selection).
+"""The selections of benchmarks/README.md, from results.csv: per selection, the selection table
+(each candidate on the selection seeds) and the held-out table (the winner on the held-out seeds,
+beside today's defaults on the seeds they ran outside the selection).
 
-    python benchmarks/selection.py            # print both tables
+    python benchmarks/selection.py            # print the tables
     python benchmarks/selection.py --readme   # also replace them in benchmarks/README.md
 
-The rule, fixed before the runs: per task, the mean deterministic eval return over the two seeds
-divided by the best peer's number; the score is the mean of the four ratios; a candidate is
-eligible only if no task's mean is more than 10 % below today's defaults on the same seeds.
+The rule, fixed before the runs: per task, the mean deterministic eval return over the selection
+seeds divided by the best peer's number; the score is the mean of the four ratios; a candidate is
+eligible only if no task's mean is more than 10 % below today's defaults on the same seeds; the
+winner is the eligible candidate with the best score, if that beats today's defaults' score by
+the selection's margin.
 """
 
 import csv
@@ -21,16 +23,38 @@ from report import replace_between  # benchmarks/report.py
 HERE = os.path.dirname(os.path.abspath(__file__))
 TASKS = ["Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Ant-v5"]
 PEER = {"Hopper-v5": 2609, "Walker2d-v5": 3588, "HalfCheetah-v5": 5819, "Ant-v5": 3258}
-CANDIDATES = {
-    "defaults": "",
-    "A": "--critic-learning-rate 0.001",
-    "B": "--critic-learning-rate 0.001 --critic-layers 256 256",
-    "C": "--critic-learning-rate 0.001 --num-minibatches 32",
+SELECTIONS = {
+    "defaults": {  # defaults that beat the best published PPO (candidates A, B, C)
+        "candidates": {
+            "defaults": "",
+            "A": "--critic-learning-rate 0.001",
+            "B": "--critic-learning-rate 0.001 --critic-layers 256 256",
+            "C": "--critic-learning-rate 0.001 --num-minibatches 32",
+        },
+        "seeds": [1, 2],
+        "held_out": [11, 12, 13],
+        "winner": "B",
+        "margin": 0.0,
+        "today_seeds": [3, 4, 5, 11, 12, 13],  # today's defaults outside the selection
+        "markers": ("selection-table", "held-out-table"),
+        "frozen": True,  # decided: --readme leaves its tables as they were when it was
+    },
+    "levers": {  # issue #32: recompute the advantages (R), normalize the value targets (V)
+        "candidates": {
+            "defaults": "",
+            "R": "--recompute-advantages",
+            "V": "--norm-value",
+            "R+V": "--recompute-advantages --norm-value",
+        },
+        "seeds": [1, 2, 3],
+        "held_out": [11, 12, 13, 14, 15],
+        "winner": None,  # by the rule, once every selection run is in
+        "margin": 0.05,
+        "today_seeds": [11, 12, 13, 14, 15],  # the winner against today on the same seeds
+        "markers": ("levers-table", "levers-held-out-table"),
+        "frozen": False,
+    },
 }
-WINNER = "B"
-SELECTION_SEEDS, HELD_OUT_SEEDS = [1, 2], [11, 12, 13]
-OTHER_SEEDS = [3, 4, 5, 11, 12, 13]  # today's defaults outside the selection
-MARKERS = {"selection": "selection-table", "held_out": "held-out-table"}
 
 
 @dataclass
@@ -52,20 +76,23 @@ def evals(rows: list[dict], env_id: str, flags: str, seeds: list[int]) -> dict[i
     return found
 
 
-def selection_table(rows: list[dict]) -> str:
-    today = {env: evals(rows, env, "", SELECTION_SEEDS) for env in TASKS}
+def selection_table(rows: list[dict], selection: dict) -> str:
+    seeds = selection["seeds"]
+    today = {env: evals(rows, env, "", seeds) for env in TASKS}
+    listed = ", ".join(map(str, seeds))
     lines = [
         "| candidate | "
-        + " | ".join(f"{env} eval (seeds 1, 2)" for env in TASKS)
+        + " | ".join(f"{env} eval (seeds {listed})" for env in TASKS)
         + " | mean eval / peer | eligible |",
         "|---|" + "---|" * (len(TASKS) + 2),
     ]
-    for name, flags in CANDIDATES.items():
+    scores = {}
+    for name, flags in selection["candidates"].items():
         cells, ratios, eligible = [], [], "yes"
         for env in TASKS:
-            found = evals(rows, env, flags, SELECTION_SEEDS)
+            found = evals(rows, env, flags, seeds)
             values = ", ".join(f"{found[seed]:.0f}" for seed in sorted(found)) or "not run"
-            if len(found) < len(SELECTION_SEEDS):
+            if len(found) < len(seeds) or len(today[env]) < len(seeds):
                 cells.append(values)
                 eligible = "–" if eligible == "yes" else eligible
                 continue
@@ -76,23 +103,46 @@ def selection_table(rows: list[dict]) -> str:
             cells.append(f"{values} → {mean:.0f} ({mean / PEER[env]:.2f})")
         score = f"{np.mean(ratios):.3f}" if len(ratios) == len(TASKS) else "–"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {score} | {eligible} |")
-    return "\n".join(lines)
+        scores[name] = (np.mean(ratios), eligible) if len(ratios) == len(TASKS) else None
+    return "\n".join(lines) + "\n\n" + verdict(scores, selection["margin"])
 
 
-def held_out_table(rows: list[dict]) -> str:
+def verdict(scores: dict, margin: float) -> str:
+    """The rule's winner: the eligible candidate of the best score, if it beats today's defaults'
+    score by the margin; no verdict while a run is missing."""
+    if any(value is None for value in scores.values()):
+        return "By the rule: no verdict until every selection run is in."
+    today = scores.pop("defaults")[0]
+    eligible = {name: score for name, (score, ok) in scores.items() if ok == "yes"}
+    if not eligible:
+        return "By the rule: no candidate is eligible; the defaults stay."
+    best = max(eligible, key=eligible.get)
+    if eligible[best] < (1.0 + margin) * today:
+        best_score = f"{best} ({eligible[best]:.3f})"
+        return (f"By the rule: the best eligible candidate, {best_score}, is not {margin:.0%} "
+                f"above today's defaults ({today:.3f}); the defaults stay.")  # fmt: skip
+    return f"By the rule: {best} wins ({eligible[best]:.3f} against today's {today:.3f})."
+
+
+def held_out_table(rows: list[dict], selection: dict) -> str:
     """The winner on the held-out seeds, beside today's defaults on every seed they ran outside
     the selection (both are free of the selection's luck)."""
+    if selection["winner"] is None:
+        return "No winner yet: the selection runs are not all in."
+    held_out, others = selection["held_out"], selection["today_seeds"]
     lines = [
-        "| task | winner's eval (seeds 11, 12, 13) | mean | best peer | mean / peer "
-        "| today's defaults off seeds 1-2 | mean | winner / today |",
+        f"| task | winner's eval (seeds {', '.join(map(str, held_out))}) | mean | best peer "
+        f"| mean / peer | today's defaults (seeds {', '.join(map(str, others))}) | mean "
+        "| winner / today |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for env in TASKS:
-        found = evals(rows, env, CANDIDATES[WINNER], HELD_OUT_SEEDS)
-        today = evals(rows, env, "", OTHER_SEEDS)
+        flags = selection["candidates"][selection["winner"]]
+        found = evals(rows, env, flags, held_out)
+        today = evals(rows, env, "", others)
         values = ", ".join(f"{found[seed]:.0f}" for seed in sorted(found)) or "not run yet"
         cells, mean = [env, values, "–", str(PEER[env]), "–"], None
-        if len(found) == len(HELD_OUT_SEEDS):
+        if len(found) == len(held_out):
             mean = np.mean(list(found.values()))
             cells[2], cells[4] = f"{mean:.0f}", f"{mean / PEER[env]:.2f}"
         if today:
@@ -109,13 +159,17 @@ def held_out_table(rows: list[dict]) -> str:
 def main(args: Args):
     with open(args.results) as f:
         rows = list(csv.DictReader(f))
-    tables = {"selection": selection_table(rows), "held_out": held_out_table(rows)}
-    print(tables["selection"] + "\n\n" + tables["held_out"])
+    tables = {}
+    for name, selection in SELECTIONS.items():
+        first, second = selection_table(rows, selection), held_out_table(rows, selection)
+        print(f"{name}:\n{first}\n\n{second}\n")
+        if not selection["frozen"]:
+            tables[selection["markers"][0]], tables[selection["markers"][1]] = first, second
     if args.readme:
         path = os.path.join(HERE, "README.md")
         text = open(path).read()
-        for name, table in tables.items():
-            text = replace_between(text, MARKERS[name], table, "benchmarks/README.md")
+        for marker, table in tables.items():
+            text = replace_between(text, marker, table, "benchmarks/README.md")
         open(path, "w").write(text)
         print("updated benchmarks/README.md")
 

@@ -147,7 +147,10 @@ def test_report_puts_default_runs_beside_the_peers_and_flagged_runs_apart():
 
 
 def test_selection_scores_each_candidate_and_excludes_one_far_below_today():
-    from selection import CANDIDATES, PEER, TASKS, held_out_table, selection_table
+    from selection import PEER, SELECTIONS, TASKS, held_out_table, selection_table
+
+    selection = SELECTIONS["defaults"]
+    CANDIDATES = selection["candidates"]
 
     def row(env_id, flags, seed, eval_return):
         fields = {"script": "ppo_continuous.py", "total_timesteps": "1000000", "seed": str(seed)}
@@ -162,21 +165,50 @@ def test_selection_scores_each_candidate_and_excludes_one_far_below_today():
             rows.append(row(env, CANDIDATES["B"], seed, scale * PEER[env]))
     rows.append(row("Ant-v5", CANDIDATES["C"], 1, 0.89 * PEER["Ant-v5"]))
     rows.append(row("Ant-v5", CANDIDATES["C"], 2, 0.89 * PEER["Ant-v5"]))
-    text = selection_table(rows).splitlines()
+    text = selection_table(rows, selection).splitlines()
     assert text[2].endswith("| 1.000 | yes |")  # the defaults
     assert text[3].endswith("| 1.100 | yes |")  # A
     assert text[4].endswith(f"| {(1.5 * 3 + 1.0) / 4:.3f} | yes |")  # B: Ant (1.5 + 0.5) / 2
     assert text[5].endswith("| – | no |")  # C: Ant 11 % below today, whatever else it does
     assert "| not run |" in text[5]
     rows.append(row("Hopper-v5", CANDIDATES["B"], 11, 3000))
-    assert "| Hopper-v5 | 3000 | – | 2609 | – | not run | – | – |" in held_out_table(rows)
+    assert "| Hopper-v5 | 3000 | – | 2609 | – | not run | – | – |" in held_out_table(
+        rows, selection
+    )
     for seed in (12, 13):
         rows.append(row("Hopper-v5", CANDIDATES["B"], seed, 3000))
     rows.append(row("Hopper-v5", "", 3, 2000))  # today's defaults off the selection seeds
     rows.append(row("Hopper-v5", "", 4, 1000))
-    table = held_out_table(rows)
+    table = held_out_table(rows, selection)
     winner = "| Hopper-v5 | 3000, 3000, 3000 | 3000 | 2609 | 1.15 |"
     assert f"{winner} 2000 (seed 3), 1000 (seed 4) | 1500 | 2.00 |" in table
+
+
+def test_the_levers_rule_wants_every_run_and_a_margin_over_today():
+    from selection import PEER, SELECTIONS, TASKS, selection_table
+
+    levers = SELECTIONS["levers"]
+
+    def rows_at(scale: dict) -> list[dict]:
+        """Every selection run, each candidate at scale[name] x the peer's number."""
+        fields = {"script": "ppo_continuous.py", "total_timesteps": "1000000"}
+        return [
+            fields | {"env_id": env, "flags": flags, "seed": str(seed)}
+            | {"eval_return": str(scale[name] * PEER[env])}
+            for name, flags in levers["candidates"].items()
+            for env in TASKS
+            for seed in levers["seeds"]
+        ]  # fmt: skip
+
+    scale = {"defaults": 1.0, "R": 1.06, "V": 1.04, "R+V": 0.85}  # R+V: 15 % below today
+    text = selection_table(rows_at(scale), levers)
+    assert text.endswith("By the rule: R wins (1.060 against today's 1.000).")
+    assert "| R+V | " in text and text.split("| R+V | ")[1].split("\n")[0].endswith("| no |")
+    scale["R"] = 1.04
+    assert "is not 5% above today's defaults (1.000); the defaults stay" in selection_table(
+        rows_at(scale), levers
+    )
+    assert selection_table(rows_at(scale)[1:], levers).endswith("until every selection run is in.")
 
 
 def test_posture_measures_speed_and_flips_as_the_simulator_does():
