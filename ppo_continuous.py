@@ -457,6 +457,7 @@ def train(args: Args) -> dict[str, float]:
     can_film = start_mujoco(args)  # Harness: before any env loads MuJoCo; one frame, if filmed
     if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
         return evaluate_checkpoint(args, can_film)
+    # Harness: parse_args read it too, for its settings; train(args) also runs without parse_args
     ckpt = load_checkpoint(args.resume) if args.resume is not None else None
     plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
     torch.manual_seed(args.seed)
@@ -637,6 +638,11 @@ def fail(message: str):
     raise SystemExit(f"error: {message}")
 
 
+def flag(name: str) -> str:
+    """The command-line spelling of an Args field: learning_rate is --learning-rate."""
+    return "--" + name.replace("_", "-")
+
+
 def check_args(args: Args):
     """Bad input in one line, before anything runs: every number finite and in its range."""
     positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"]
@@ -651,10 +657,10 @@ def check_args(args: Args):
             continue
         if not math.isfinite(value) or value < 0 or (value == 0 and name in positive):
             kind = "positive" if name in positive else ">= 0"
-            fail(f"--{name.replace('_', '-')} must be {kind}, got {value}")
+            fail(f"{flag(name)} must be {kind}, got {value}")
     for name in ("actor_layers", "critic_layers"):
         if not all(size > 0 for size in getattr(args, name)):
-            fail(f"--{name.replace('_', '-')} must be positive sizes, got {getattr(args, name)}")
+            fail(f"{flag(name)} must be positive sizes, got {getattr(args, name)}")
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail("--gamma and --gae-lambda must lie in [0, 1]")
     if not math.isfinite(args.init_logstd):
@@ -699,7 +705,7 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
         for name in ("actor_layers", "critic_layers", "optimizer"):
             saved = ckpt["args"][name]
             if getattr(args, name) != saved:
-                fail(f"--{name.replace('_', '-')} cannot change on resume (saved: {saved})")
+                fail(f"{flag(name)} cannot change on resume (saved: {saved})")
         global_step = ckpt["global_step"]
     batch_size = args.num_envs * args.num_steps
     first_iteration = global_step // batch_size + 1
@@ -975,7 +981,7 @@ def init_from(agent, args: Args):
         saved = " ".join(map(str, ckpt["args"][name]))
         typed = " ".join(map(str, getattr(args, name)))
         if saved != typed:
-            fail(f"--init-from {path}: its --{name.replace('_', '-')} are {saved}, not {typed}")
+            fail(f"--init-from {path}: its {flag(name)} are {saved}, not {typed}")
     dims = (agent.obs_rms.mean.shape[0], agent.actor_logstd.shape[0])
     if (ckpt["obs_dim"], ckpt["act_dim"]) != dims:
         fail(f"--init-from {path}: {ckpt['env_id']} has {ckpt['obs_dim']} observations and "
