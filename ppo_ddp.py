@@ -721,13 +721,6 @@ def check_args(args: Args):
         fail("--gamma and --gae-lambda must lie in [0, 1]")
     if not math.isfinite(args.init_logstd):
         fail(f"--init-logstd must be a finite number, got {args.init_logstd}")
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches:
-        fail(
-            f"batch size {batch_size} is not divisible by --num-minibatches {args.num_minibatches}"
-        )
-    if args.norm_adv and batch_size // args.num_minibatches < 2:
-        fail("minibatches of one sample: the advantages of one sample cannot be normalized")
     if args.init_from is not None and args.resume is not None:
         fail("--init-from starts a new run from a checkpoint's weights, --resume goes on with its "
              "run: one or the other")  # fmt: skip
@@ -752,8 +745,8 @@ def make_writable(path: str, flag_name: str):
 
 
 def plan_run(args: Args, ckpt: dict | None) -> dict:
-    """The iterations to run: whole batches only, never past --total-timesteps; a resume goes on
-    from the saved step, with the flags that shape the networks as they were saved."""
+    """The iterations to run: whole batches, in whole minibatches, never past --total-timesteps;
+    a resume goes on from the saved step, with the flags that shape the networks as saved."""
     global_step = 0
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
@@ -763,7 +756,14 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
             if getattr(args, name) != saved:
                 fail(f"{flag(name)} cannot change on resume (saved: {saved})")
         global_step = ckpt["global_step"]
-    batch_size = args.num_envs * args.num_steps * world_size()  # of all ranks
+    batch_size = args.num_envs * args.num_steps  # of one rank, in its minibatches
+    if batch_size % args.num_minibatches:
+        fail(
+            f"batch size {batch_size} is not divisible by --num-minibatches {args.num_minibatches}"
+        )
+    if args.norm_adv and batch_size // args.num_minibatches < 2:
+        fail("minibatches of one sample: the advantages of one sample cannot be normalized")
+    batch_size *= world_size()  # of all ranks
     first_iteration = global_step // batch_size + 1
     last_iteration = first_iteration - 1 + (args.total_timesteps - global_step) // batch_size
     if last_iteration < first_iteration:

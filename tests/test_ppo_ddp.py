@@ -404,11 +404,19 @@ def test_only_rank_0_tracks_with_wandb(tmp_path, monkeypatch):
     assert b"losses/policy_loss" in data.read_bytes()
 
 
-def test_a_bad_flag_is_one_line_of_rank_0_under_torchrun(tmp_path):
-    proc = torchrun("ppo_ddp.py", *SMALL, "--max-grad-norm", "-1", "--log-dir", str(tmp_path))
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["--max-grad-norm", "-1"], "error: --max-grad-norm must be positive, got -1.0"),
+        # 256 minibatches divide the 256 steps of both ranks, not the 128 that each rank splits.
+        (["--num-minibatches", "256"], "error: batch size 128 is not divisible by --num-minibat"),
+    ],
+)
+def test_a_bad_flag_is_one_line_of_rank_0_under_torchrun(bad, message, tmp_path):
+    proc = torchrun("ppo_ddp.py", *SMALL, *bad, "--log-dir", str(tmp_path))
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
-    assert err.count("error: --max-grad-norm must be positive, got -1.0") == 1
+    assert err.count(message) == 1, err
 
 
 def test_a_rank_other_than_0_waits_before_it_says_why_it_stops(monkeypatch):
