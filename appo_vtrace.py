@@ -477,6 +477,7 @@ def actor_process(actor_id: int, args: Args, weights: dict, lock, version, conn,
     until the learner ends this process. Before a rollout the actor copies the weights and the
     normalizer if their version changed; it acts with its own copy, which the learner cannot
     change halfway through a rollout."""
+    os.setpgid(0, 0)  # a process group of its own: stop_actors ends it with any child it runs
     torch.set_num_threads(1)  # one core per process: more threads only fight over the cores
     start_mujoco(dataclasses.replace(args, capture_video=False))  # its warning filter here too
     seed = args.seed + actor_id * args.num_envs
@@ -620,10 +621,13 @@ def publish(agent: Agent, target_agent: Agent, actors: dict, iteration: int, arg
 
 
 def stop_actors(actors: dict):
-    """End the actors at once (they hold nothing worth saving; they ignore SIGTERM) and wait
-    until they are gone."""
+    """End the actors at once (they hold nothing worth saving; they ignore SIGTERM), each with its
+    process group: a child it was running (glfw's library probe, while MuJoCo loads) would wait
+    on, then print a traceback. Wait until they are gone."""
     for process in actors["procs"]:
         process.kill()
+        with contextlib.suppress(ProcessLookupError):  # none left, or the group not made yet
+            os.killpg(process.pid, signal.SIGKILL)
     for process in actors["procs"]:
         process.join()
     for conn in actors["conns"]:

@@ -4,6 +4,7 @@ actor, Ctrl-C, no process left behind), checkpoints, bad input and learning.
 The end-to-end tests start real actor processes (spawn), so each costs a few seconds of start-up.
 """
 
+import contextlib
 import glob
 import os
 import re
@@ -28,6 +29,7 @@ from conftest import (
 )
 
 import appo_vtrace as appo
+from toy_envs import StartsAChild
 
 ENV_ID = "Hopper-v5"  # terminates often early in training, so rollouts hold episode ends
 ONE_ACTOR_ON_THE_TOY_ENV = dict(env_id="toy_envs:AlwaysTruncates-v0", num_actors=1, num_rollouts=1)
@@ -342,19 +344,20 @@ def test_only_truncated_and_not_terminated_steps_are_bootstrapped(env_id, bootst
 # ---------------------------------------------------------------------------------------------
 # Lifecycle: a dead actor, Ctrl-C, nothing left running
 # ---------------------------------------------------------------------------------------------
-def start_script(tmp_path):
+def start_script(tmp_path, env_id=ENV_ID):
     """Run the script in a subprocess until its second update; return it and its actor pids."""
     proc = subprocess.Popen(
         [
             sys.executable,
             "appo_vtrace.py",
-            *flags(env_id=ENV_ID, num_actors=2, num_envs=2, num_rollouts=2, num_steps=64),
+            *flags(env_id=env_id, num_actors=2, num_envs=2, num_rollouts=2, num_steps=64),
             *flags(num_minibatches=2, update_epochs=2, log_dir=tmp_path),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "tests")},  # toy_envs
     )
     deadline, pids = time.time() + 120, None
     while True:
@@ -429,6 +432,19 @@ def test_ctrl_c_saves_a_checkpoint_and_stops_every_actor(tmp_path):
     assert_all_gone(pids)
     ckpt = appo.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
     assert ckpt["global_step"] >= 256 and ckpt["global_step"] % 256 == 0
+
+
+def test_stopped_actors_take_their_children_with_them(tmp_path):
+    """An actor can be running a child when the learner stops it (glfw's library probe, while its
+    first MuJoCo env loads): ended with the actor, the child prints nothing and is gone. Orphaned,
+    it would wait on its stdin, then print an EOFError traceback into the learner's stderr."""
+    proc, _ = start_script(tmp_path, env_id="toy_envs:StartsAChild-v0")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)  # until every process writing to stderr is gone
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            assert StartsAChild.CHILD_MARK.encode() not in f.read(), f"{path}: left running"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,10 @@
 """Tiny environments for tests. Importing this module registers them with gymnasium, so spawned
 processes (appo_vtrace.py's actors) can make them by the id "toy_envs:AlwaysTruncates-v0"."""
 
+import multiprocessing
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 
@@ -125,3 +129,21 @@ for name, entry_point, kwargs in [
 ]:
     if name not in gym.registry:
         gym.register(name, entry_point=entry_point, kwargs=kwargs)
+
+
+class StartsAChild(AlwaysTruncates):
+    """AlwaysTruncates that, made in a child process (appo_vtrace.py's actor), starts a child of its
+    own that waits for a line on its stdin, as glfw's library probe does while MuJoCo loads: an
+    actor ended then leaves it waiting, and at EOF it prints an EOFError traceback. Its command
+    line holds CHILD_MARK, by which a test finds it."""
+
+    CHILD_MARK = "toy_envs child waiting for a line"
+
+    def __init__(self):
+        if multiprocessing.parent_process() is not None:
+            code = f"input()  # {self.CHILD_MARK}"
+            self.child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+
+
+if "StartsAChild-v0" not in gym.registry:
+    gym.register("StartsAChild-v0", entry_point=StartsAChild)
