@@ -194,9 +194,8 @@ class Agent(nn.Module):
         super().__init__()
         self.norm_obs, self.clip_obs = args.norm_obs, args.clip_obs
         self.obs_rms = RunningMeanStd((obs_dim,))
-        self.norm_value = args.norm_value
-        if args.norm_value:  # Extra: statistics of the value targets, frozen in the update, saved
-            self.value_rms = RunningMeanStd()
+        # Extra: statistics of the value targets, frozen in the update, saved (--norm-value)
+        self.value_rms = RunningMeanStd() if args.norm_value else None
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
         self.actor_mean = mlp(obs_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
@@ -213,7 +212,7 @@ class Agent(nn.Module):
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
         v = self.critic(x).squeeze(-1)
-        if self.norm_value:  # Extra: the critic's output is in the returns' normalized units
+        if self.value_rms is not None:  # Extra: the critic outputs normalized returns
             v = v * torch.sqrt(self.value_rms.var + 1e-8).float() + self.value_rms.mean.float()
         return v
 
@@ -369,12 +368,8 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
         reward_rms.update(torch.as_tensor(discounted))
         scaled = rollout["rewards"] / torch.sqrt(reward_rms.var.float() + 1e-8)
         rollout["rewards"] = scaled.clamp(-args.clip_reward, args.clip_reward)
-    # Extras: max(r, 0) and (1 - gamma) r, on the scaled reward (the same as on the raw one: the
-    # scale is positive); the statistics of --norm-reward and the logged returns stay the env's.
-    if args.nonnegative_reward:
-        rollout["rewards"] = rollout["rewards"].clamp_min(0.0)
-    if args.horizon_scale_reward:  # the returns then average rewards over the horizon 1/(1-gamma)
-        rollout["rewards"] = rollout["rewards"] * (1.0 - args.gamma)
+    if args.nonnegative_reward or args.horizon_scale_reward:  # Extras, on the scaled reward
+        rollout["rewards"] = shape_rewards(rollout["rewards"], args)
     rollout["terminated"] = to_tensor(terminated, device)
     rollout["dones"] = to_tensor(terminated | truncated, device)
     return rollout
@@ -515,6 +510,18 @@ def train(args: Args) -> dict[str, float]:
 
 
 # Extras: research options and diagnostics, each called from one marked place above ---------------
+def shape_rewards(rewards: torch.Tensor, args: Args) -> torch.Tensor:
+    """--nonnegative-reward: max(r, 0); --horizon-scale-reward: (1 - gamma) r, so that a return
+    averages the rewards over the horizon 1 / (1 - gamma). Applied to the scaled reward (the same
+    as to the raw one: the scale is positive); --norm-reward's statistics and the logged returns
+    stay the env's."""
+    if args.nonnegative_reward:
+        rewards = rewards.clamp_min(0.0)
+    if args.horizon_scale_reward:
+        rewards = rewards * (1.0 - args.gamma)
+    return rewards
+
+
 def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
     """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
     ratio_term = (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)

@@ -511,12 +511,8 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
         reward_rms.update(torch.as_tensor(discounted))
         scaled = rollout["rewards"] / torch.sqrt(reward_rms.var.float() + 1e-8)
         rollout["rewards"] = scaled.clamp(-args.clip_reward, args.clip_reward)
-    # Extras: max(r, 0) and (1 - gamma) r, on the scaled reward (the same as on the raw one: the
-    # scale is positive); the statistics of --norm-reward and the logged returns stay the env's.
-    if args.nonnegative_reward:
-        rollout["rewards"] = rollout["rewards"].clamp_min(0.0)
-    if args.horizon_scale_reward:  # the returns then average rewards over the horizon 1/(1-gamma)
-        rollout["rewards"] = rollout["rewards"] * (1.0 - args.gamma)
+    if args.nonnegative_reward or args.horizon_scale_reward:  # Extras, on the scaled reward
+        rollout["rewards"] = shape_rewards(rollout["rewards"], args)
     rollout["terminated"] = to_tensor(terminated, device)
     rollout["dones"] = to_tensor(terminated | truncated, device)
     return rollout
@@ -659,6 +655,18 @@ def train(args: Args) -> dict[str, float]:
 
 
 # Extras: research options and diagnostics, each called from one marked place above ---------------
+def shape_rewards(rewards: torch.Tensor, args: Args) -> torch.Tensor:
+    """--nonnegative-reward: max(r, 0); --horizon-scale-reward: (1 - gamma) r, so that a return
+    averages the rewards over the horizon 1 / (1 - gamma). Applied to the scaled reward (the same
+    as to the raw one: the scale is positive); --norm-reward's statistics and the logged returns
+    stay the env's."""
+    if args.nonnegative_reward:
+        rewards = rewards.clamp_min(0.0)
+    if args.horizon_scale_reward:
+        rewards = rewards * (1.0 - args.gamma)
+    return rewards
+
+
 def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
     """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
     ratio_term = (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)
