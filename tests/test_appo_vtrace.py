@@ -27,9 +27,9 @@ from conftest import (
     small_args,
     trained_value,
 )
+from toy_envs import StartsAChild
 
 import appo_vtrace as appo
-from toy_envs import StartsAChild
 
 ENV_ID = "Hopper-v5"  # terminates often early in training, so rollouts hold episode ends
 ONE_ACTOR_ON_THE_TOY_ENV = dict(env_id="toy_envs:AlwaysTruncates-v0", num_actors=1, num_rollouts=1)
