@@ -121,16 +121,6 @@ class BecomesNonFinite(AlwaysTruncates):
         return obs, reward, terminated, truncated, info
 
 
-for name, entry_point, kwargs in [
-    ("DictObservations-v0", DictObservations, {}),
-    ("GraphObservations-v0", GraphObservations, {}),
-    ("NonFiniteObservation-v0", BecomesNonFinite, {"what": "observation"}),
-    ("NonFiniteReward-v0", BecomesNonFinite, {"what": "reward"}),
-]:
-    if name not in gym.registry:
-        gym.register(name, entry_point=entry_point, kwargs=kwargs)
-
-
 class StartsAChild(AlwaysTruncates):
     """AlwaysTruncates that, made in a child process (appo_vtrace.py's actor), starts a child of its
     own that waits for a line on its stdin, as glfw's library probe does while MuJoCo loads: an
@@ -145,5 +135,12 @@ class StartsAChild(AlwaysTruncates):
             self.child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
 
 
-if "StartsAChild-v0" not in gym.registry:
-    gym.register("StartsAChild-v0", entry_point=StartsAChild)
+for name, entry_point, kwargs in [
+    ("DictObservations-v0", DictObservations, {}),
+    ("GraphObservations-v0", GraphObservations, {}),
+    ("NonFiniteObservation-v0", BecomesNonFinite, {"what": "observation"}),
+    ("NonFiniteReward-v0", BecomesNonFinite, {"what": "reward"}),
+    ("StartsAChild-v0", StartsAChild, {}),
+]:
+    if name not in gym.registry:
+        gym.register(name, entry_point=entry_point, kwargs=kwargs)
