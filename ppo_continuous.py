@@ -86,7 +86,6 @@ class Args:
     nonnegative_reward: bool = False  # clamp every reward at 0 from below before GAE
     horizon_scale_reward: bool = False  # multiply every reward by (1 - gamma) before GAE
     recompute_advantages: bool = False  # GAE with the current critic before every epoch but the 1st
-    norm_value: bool = False  # the critic learns returns normalized by their running mean and std
 
     # Normalization
     norm_obs: bool = True  # normalize observations with a running mean/std kept in the agent
@@ -194,8 +193,6 @@ class Agent(nn.Module):
         super().__init__()
         self.norm_obs, self.clip_obs = args.norm_obs, args.clip_obs
         self.obs_rms = RunningMeanStd((obs_dim,))
-        # Extra: statistics of the value targets, frozen in the update, saved (--norm-value)
-        self.value_rms = RunningMeanStd() if args.norm_value else None
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
         self.actor_mean = mlp(obs_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
@@ -210,14 +207,8 @@ class Agent(nn.Module):
         x = (obs - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)
         return x.clamp(-self.clip_obs, self.clip_obs).to(obs.dtype)
 
-    def value(self, x: torch.Tensor) -> torch.Tensor:
-        v = self.critic(x).squeeze(-1)
-        if self.value_rms is not None:  # Extra: the critic outputs normalized returns
-            v = v * torch.sqrt(self.value_rms.var + 1e-8).float() + self.value_rms.mean.float()
-        return v
-
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.value(self.normalize(obs))
+        return self.critic(self.normalize(obs)).squeeze(-1)
 
     def get_action_and_value(self, obs: torch.Tensor, actions: torch.Tensor | None = None):
         """A dict of [batch] tensors: actions (sampled unless given), their log-probs, the
@@ -232,7 +223,7 @@ class Agent(nn.Module):
         # torch.distributions.Normal, which costs more to build than these small networks.
         logprobs = (-0.5 * ((actions - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
         entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1)
-        values = self.value(x)
+        values = self.critic(x).squeeze(-1)
         return {"actions": actions, "logprobs": logprobs, "entropy": entropy, "values": values,
                 "means": mean, "std": std}  # fmt: skip
 
@@ -275,9 +266,6 @@ def ppo_loss(agent: Agent, mb: dict, args: Args):
     clipped = ratio.clamp(1.0 - low, 1.0 + high)
     pg_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
     values, returns, old_values = new["values"], mb["returns"], mb["values"]
-    if args.norm_value:  # Extra: the value loss in the critic's normalized units
-        scale = torch.sqrt(agent.value_rms.var + 1e-8).float()
-        values, returns, old_values = values / scale, returns / scale, old_values / scale
     if args.clip_vloss:
         v_clipped = old_values + (values - old_values).clamp(-args.clip_coef, args.clip_coef)
         v_loss = 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2).mean()
@@ -494,8 +482,6 @@ def train(args: Args) -> dict[str, float]:
             )
             if args.norm_obs:  # the normalizer learns from the rollout after the update
                 agent.obs_rms.update(batch["obs"])
-            if args.norm_value:  # Extra: so do the value targets' statistics
-                agent.value_rms.update(batch["returns"])
             progress["global_step"] += plan["batch_size"]
             progress["iteration"] = iteration
 
@@ -994,7 +980,7 @@ def init_from(agent, args: Args):
              f"{ckpt['act_dim']} actions, {args.env_id} {dims[0]} and {dims[1]}")  # fmt: skip
     try:
         agent.load_state_dict(ckpt["agent"])
-    except RuntimeError as e:  # other state, e.g. a normalizer that only one side has
+    except RuntimeError as e:  # other state, e.g. a checkpoint edited by hand
         fail(f"--init-from {path}: other networks ({str(e).splitlines()[1].strip()})")
     other = f"; it was trained on {ckpt['env_id']}" if ckpt["env_id"] != args.env_id else ""
     print(f"note: starting from the networks and observation normalizer of {path} (step "

@@ -970,7 +970,7 @@ def init_from(agent, args: Args):
              f"{ckpt['act_dim']} actions, {args.env_id} {dims[0]} and {dims[1]}")  # fmt: skip
     try:
         agent.load_state_dict(ckpt["agent"])
-    except RuntimeError as e:  # other state, e.g. a normalizer that only one side has
+    except RuntimeError as e:  # other state, e.g. a checkpoint edited by hand
         fail(f"--init-from {path}: other networks ({str(e).splitlines()[1].strip()})")
     other = f"; it was trained on {ckpt['env_id']}" if ckpt["env_id"] != args.env_id else ""
     print(f"note: starting from the networks and observation normalizer of {path} (step "
