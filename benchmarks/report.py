@@ -193,6 +193,54 @@ def plot(curves: list[dict], folder: str):
             print("wrote", os.path.join(folder, f"{env_id}{suffix}.png"))
 
 
+# Which of our columns is like-for-like with which peer, and at how many steps each peer measured.
+LIKE_FOR_LIKE = [
+    ("final_return", "CleanRL (v4; final return, 3 seeds)", "final return vs CleanRL"),
+    ("eval_return", "SB3 rl-zoo (v3; tuned, eval, 1 run)", "eval return vs SB3 rl-zoo"),
+    ("max_eval_return", "Tianshou (v3; max test return, 10 seeds)", "max eval return vs Tianshou"),
+]
+PEER_STEPS = {"CleanRL (v4; final return, 3 seeds)": {"Humanoid": 1_000_000}}
+
+
+def standing_cell(runs: list[dict], key: str, peer: str, task: str, steps: int) -> str:
+    """Our mean on the peer's own metric against the peer's number: ahead or behind, and the
+    ratio. Where a run has no max_eval_return, its final eval is a lower bound of it (the last
+    periodic evaluation is the final one), so a mean eval above the peer is ahead too."""
+    published = PEERS[peer].get(task)
+    if published is None or PEER_STEPS.get(peer, {}).get(task, steps) != steps:
+        return "–"
+    theirs = float(published.split()[0])
+    values = [float(r[key]) for r in runs if r[key] != ""]
+    bound = ""
+    if key == "max_eval_return" and len(values) < len(runs):
+        evals = [float(r["eval_return"]) for r in runs]
+        if np.mean(evals) <= theirs:  # not settled until every run has it
+            ratio = f"{np.mean(values) / theirs:.2f}x" if values else "–"
+            measured = f"{mean_std(values)} ({len(values)} of {len(runs)} runs)"
+            return f"open: {measured} vs {theirs:.0f} ({ratio})"
+        values, bound = evals, " (final eval, a lower bound)"
+    ours = float(np.mean(values))
+    word = "ahead" if ours > theirs else "behind"
+    return f"{word}: {ours:.0f}{bound} vs {theirs:.0f} ({ours / theirs:.2f}x)"
+
+
+def standing(rows: list[dict], script: str = "ppo_continuous.py") -> str:
+    """Per task, the script's default runs on each peer's own metric against that peer."""
+    lines = [
+        "| task | steps | " + " | ".join(name for _, _, name in LIKE_FOR_LIKE) + " |",
+        "|---|---|" + "---|" * len(LIKE_FOR_LIKE),
+    ]
+    groups = defaultdict(list)
+    for row in rows:
+        if row["script"] == script and row["flags"] in DEFAULT_FLAGS:
+            groups[(row["env_id"], int(row["total_timesteps"]))].append(row)
+    for (env_id, steps), runs in sorted(groups.items()):
+        task = env_id.split("-v")[0]
+        cells = [standing_cell(runs, key, peer, task, steps) for key, peer, _ in LIKE_FOR_LIKE]
+        lines.append(f"| {env_id} | {steps:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def replace_between(text: str, marker: str, table: str, file: str) -> str:
     """text with the table between <!-- marker:begin --> and <!-- marker:end --> replaced."""
     begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
@@ -204,14 +252,16 @@ def replace_between(text: str, marker: str, table: str, file: str) -> str:
 
 def main(args: Args):
     with open(args.results) as f:
-        text = table(list(csv.DictReader(f)))
-    print(text)
+        rows = list(csv.DictReader(f))
+    text, ahead = table(rows), standing(rows)
+    print(text + "\n\n" + ahead)
     if os.path.exists(args.curves):
         with open(args.curves) as f:
             plot(list(csv.DictReader(f)), args.plots)
     if args.readme:
         path = os.path.join(os.path.dirname(HERE), "README.md")
         readme = replace_between(open(path).read(), "results-table", text, "README.md")
+        readme = replace_between(readme, "standing-table", ahead, "README.md")
         open(path, "w").write(readme)
         print("updated README.md")
 

@@ -146,6 +146,35 @@ def test_report_puts_default_runs_beside_the_peers_and_flagged_runs_apart():
     )
 
 
+def test_standing_compares_each_metric_with_its_own_peer():
+    from report import standing
+
+    def row(env_id, final, evaluated, best, steps="1000000", flags=""):
+        fields = {"script": "ppo_continuous.py", "flags": flags, "total_timesteps": steps}
+        numbers = {"final_return": final, "eval_return": evaluated, "max_eval_return": best}
+        return fields | numbers | {"env_id": env_id}
+
+    rows = [
+        row("Hopper-v5", "2000", "2800", ""),  # no max recorded: the eval is its lower bound
+        row("Hopper-v5", "3000", "2600", ""),
+        row("HalfCheetah-v5", "1500", "5000", "5100"),
+        row("HalfCheetah-v5", "1300", "4000", ""),  # the mean eval 4500 is below 5784: open
+        row("Humanoid-v5", "5000", "6000", "", steps="3000000"),  # CleanRL's is at 1M steps
+        row("Hopper-v5", "9000", "9000", "9000", flags="--update-epochs 20"),  # not a default
+    ]
+    assert standing(rows).splitlines() == [
+        "| task | steps | final return vs CleanRL | eval return vs SB3 rl-zoo "
+        "| max eval return vs Tianshou |",
+        "|---|---|---|---|---|",
+        "| HalfCheetah-v5 | 1,000,000 | behind: 1400 vs 1443 (0.97x) "
+        "| behind: 4500 vs 5819 (0.77x) | open: 5100 (1 of 2 runs) vs 5784 (0.88x) |",
+        "| Hopper-v5 | 1,000,000 | ahead: 2500 vs 2383 (1.05x) | ahead: 2700 vs 2410 (1.12x) "
+        "| ahead: 2700 (final eval, a lower bound) vs 2609 (1.03x) |",
+        "| Humanoid-v5 | 3,000,000 | – | – "
+        "| ahead: 6000 (final eval, a lower bound) vs 1360 (4.41x) |",
+    ]
+
+
 def test_selection_scores_each_candidate_and_excludes_one_far_below_today():
     from selection import PEER, SELECTIONS, TASKS, held_out_table, selection_table
 
