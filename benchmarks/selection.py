@@ -53,6 +53,7 @@ SELECTIONS = {
         "today_seeds": [11, 12, 13, 14, 15],  # the winner against today on the same seeds
         "markers": ("levers-table", "levers-held-out-table"),
         "frozen": False,
+        "confirm": True,  # holds: mean winner / today above 1, no task more than 10 % below
     },
 }
 
@@ -136,6 +137,7 @@ def held_out_table(rows: list[dict], selection: dict) -> str:
         "| winner / today |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    ratios = []
     for env in TASKS:
         flags = selection["candidates"][selection["winner"]]
         found = evals(rows, env, flags, held_out)
@@ -150,10 +152,25 @@ def held_out_table(rows: list[dict], selection: dict) -> str:
             today_mean = np.mean(list(today.values()))
             ratio = f"{mean / today_mean:.2f}" if mean is not None else "–"
             cells += [listed, f"{today_mean:.0f}", ratio]
+            if mean is not None and len(today) == len(others):
+                ratios.append(mean / today_mean)
         else:
             cells += ["not run", "–", "–"]
         lines.append("| " + " | ".join(cells) + " |")
+    if selection.get("confirm"):
+        lines += ["", confirmation(selection["winner"], ratios)]
     return "\n".join(lines)
+
+
+def confirmation(winner: str, ratios: list[float]) -> str:
+    """The held-out rule: the winner holds if its mean ratio to today's defaults over the four
+    tasks is above 1 and no task's ratio is below 0.9; no verdict while a run is missing."""
+    if len(ratios) < len(TASKS):
+        return "By the rule: no verdict until every held-out run is in."
+    mean, lowest = np.mean(ratios), min(ratios)
+    holds = mean > 1.0 and lowest >= 0.9
+    word = "holds" if holds else "does not hold"
+    return f"By the rule: {winner} {word} (winner / today: mean {mean:.2f}, lowest {lowest:.2f})."
 
 
 def main(args: Args):

@@ -240,6 +240,36 @@ def test_the_levers_rule_wants_every_run_and_a_margin_over_today():
     assert selection_table(rows_at(scale)[1:], levers).endswith("until every selection run is in.")
 
 
+def test_the_levers_winner_holds_only_above_today_on_average_and_on_every_task():
+    from selection import PEER, SELECTIONS, TASKS, held_out_table
+
+    levers = {**SELECTIONS["levers"], "winner": "R"}
+
+    def held_out(r_scale: dict) -> list[dict]:
+        """Every held-out run: today's defaults at the peer's number, R at r_scale (1.2) x it."""
+        fields = {"script": "ppo_continuous.py", "total_timesteps": "1000000"}
+        rows = []
+        for env in TASKS:
+            for seed in levers["held_out"]:
+                for name, scale in (("defaults", 1.0), ("R", r_scale.get(env, 1.2))):
+                    evaluated = {"eval_return": str(scale * PEER[env]), "seed": str(seed)}
+                    flags = {"flags": levers["candidates"][name], "env_id": env}
+                    rows.append(fields | evaluated | flags)
+        return rows
+
+    verdict = held_out_table(held_out({}), levers).splitlines()[-1]
+    assert verdict == "By the rule: R holds (winner / today: mean 1.20, lowest 1.20)."
+    lowest = held_out_table(held_out({"HalfCheetah-v5": 0.89}), levers)  # mean 1.12
+    assert lowest.endswith("R does not hold (winner / today: mean 1.12, lowest 0.89).")
+    below = {env: 0.95 for env in TASKS} | {"Ant-v5": 1.05}
+    assert held_out_table(held_out(below), levers).endswith(
+        "(winner / today: mean 0.98, lowest 0.95)."
+    )
+    assert "R does not hold" in held_out_table(held_out(below), levers)
+    missing = held_out_table(held_out({})[1:], levers)
+    assert missing.endswith("By the rule: no verdict until every held-out run is in.")
+
+
 def test_posture_measures_speed_and_flips_as_the_simulator_does():
     import mujoco
     import numpy as np
