@@ -48,7 +48,7 @@ SELECTIONS = {
         },
         "seeds": [1, 2, 3],
         "held_out": [11, 12, 13, 14, 15],
-        "winner": None,  # by the rule, once every selection run is in
+        "winner": "",  # by the rule: none ("": decided, no winner; None: not yet decided)
         "margin": 0.05,
         "today_seeds": [11, 12, 13, 14, 15],  # the winner against today on the same seeds
         "markers": ("levers-table", "levers-held-out-table"),
@@ -104,14 +104,15 @@ def selection_table(rows: list[dict], selection: dict) -> str:
             cells.append(f"{values} → {mean:.0f} ({mean / PEER[env]:.2f})")
         score = f"{np.mean(ratios):.3f}" if len(ratios) == len(TASKS) else "–"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {score} | {eligible} |")
-        scores[name] = (np.mean(ratios), eligible) if len(ratios) == len(TASKS) else None
+        scores[name] = (np.mean(ratios) if len(ratios) == len(TASKS) else None, eligible)
     return "\n".join(lines) + "\n\n" + verdict(scores, selection["margin"])
 
 
 def verdict(scores: dict, margin: float) -> str:
     """The rule's winner: the eligible candidate of the best score, if it beats today's defaults'
-    score by the margin; no verdict while a run is missing."""
-    if any(value is None for value in scores.values()):
+    score by the margin; no verdict while a run is missing that could still decide it (a
+    candidate already more than 10 % below today on a task cannot win, whatever its other runs)."""
+    if any(ok == "–" for _, ok in scores.values()):
         return "By the rule: no verdict until every selection run is in."
     today = scores.pop("defaults")[0]
     eligible = {name: score for name, (score, ok) in scores.items() if ok == "yes"}
@@ -130,6 +131,8 @@ def held_out_table(rows: list[dict], selection: dict) -> str:
     the selection (both are free of the selection's luck)."""
     if selection["winner"] is None:
         return "No winner yet: the selection runs are not all in."
+    if not selection["winner"]:
+        return "No winner by the rule: the defaults stay, and there is nothing to hold out."
     held_out, others = selection["held_out"], selection["today_seeds"]
     lines = [
         f"| task | winner's eval (seeds {', '.join(map(str, held_out))}) | mean | best peer "

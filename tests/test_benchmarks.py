@@ -214,7 +214,7 @@ def test_selection_scores_each_candidate_and_excludes_one_far_below_today():
 
 
 def test_the_levers_rule_wants_every_run_and_a_margin_over_today():
-    from selection import PEER, SELECTIONS, TASKS, selection_table
+    from selection import PEER, SELECTIONS, TASKS, held_out_table, selection_table
 
     levers = SELECTIONS["levers"]
 
@@ -238,6 +238,19 @@ def test_the_levers_rule_wants_every_run_and_a_margin_over_today():
         rows_at(scale), levers
     )
     assert selection_table(rows_at(scale)[1:], levers).endswith("until every selection run is in.")
+
+    # R+V, out by the guard, cannot win with any other runs: a missing one does not hold it up.
+    def without(flags: str) -> list[dict]:
+        missing = ("Hopper-v5", flags, "3")
+        return [
+            row for row in rows_at(scale) if (row["env_id"], row["flags"], row["seed"]) != missing
+        ]
+
+    text = selection_table(without(levers["candidates"]["R+V"]), levers)
+    assert text.endswith("(1.000); the defaults stay.")
+    text = selection_table(without(levers["candidates"]["V"]), levers)
+    assert text.endswith("until every selection run is in.")
+    assert "nothing to hold out" in held_out_table(rows_at(scale), levers | {"winner": ""})
 
 
 def test_the_levers_winner_holds_only_above_today_on_average_and_on_every_task():
