@@ -85,7 +85,6 @@ class Args:
     l2c2_noise: float = 0.1  # half-width of the uniform noise on normalized obs for L2C2
     nonnegative_reward: bool = False  # clamp every reward at 0 from below before GAE
     horizon_scale_reward: bool = False  # multiply every reward by (1 - gamma) before GAE
-    recompute_advantages: bool = False  # GAE with the current critic before every epoch but the 1st
 
     # Normalization
     norm_obs: bool = True  # normalize observations with a running mean/std kept in the agent
@@ -311,7 +310,6 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
     device = carry["obs"].device
     shape = (args.num_steps, args.num_envs)
     buf = {"obs": [], "actions": [], "logprobs": [], "values": [], "means": []}
-    successors = []  # s_{t+1} of each step's episode, for --recompute-advantages
     rewards, discounted = np.zeros(shape), np.zeros(shape)
     terminated, truncated = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
     final_values = torch.zeros(shape, device=device)
@@ -338,14 +336,11 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
         carry["discounted"][done] = 0.0
         # The obs returned for a finished episode is already the next one's reset obs: a truncated
         # episode bootstraps from V(final_obs); a terminated one needs no value.
-        successors.append(carry["obs"].clone())
         if truncated[t].any():
             idx = np.flatnonzero(truncated[t])
             final_obs = to_tensor(np.stack(info["final_obs"][idx]), device)
             final_values[t, idx] = agent.get_value(final_obs)
-            successors[t][idx] = final_obs
     rollout = {key: torch.stack(values) for key, values in buf.items()}
-    rollout["next_obs"] = torch.stack(successors)
     # V(s_{t+1}) of the same episode: the value the next step computed (one critic pass per
     # step), except after a truncation, where it is V(final_obs).
     next_values = torch.cat((rollout["values"][1:], agent.get_value(carry["obs"])[None]))
@@ -370,9 +365,7 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
     minibatch_size = batch_size // args.num_minibatches
     old_std = agent.actor_logstd.detach().exp()
     stats = {}
-    for epoch in range(args.update_epochs):
-        if args.recompute_advantages and epoch > 0:  # Extra: GAE with the critic of this epoch
-            batch["advantages"], batch["returns"] = recompute_gae(agent, batch, args)
+    for _ in range(args.update_epochs):
         last_epoch_ratios = []
         perm = torch.randperm(batch_size, device=batch["obs"].device)
         for start in range(0, batch_size, minibatch_size):
@@ -532,23 +525,6 @@ def adapt_lr_scale(optimizers, mb: dict, old_std, new: dict, lr_scale: float, ar
     lr_scale = new_lr / args.learning_rate
     set_learning_rate(optimizers, lr_scale)
     return lr_scale
-
-
-@torch.no_grad()
-def recompute_gae(agent: Agent, batch: dict, args: Args):
-    """--recompute-advantages: GAE (advantages, returns) of the flat batch with the current
-    critic, so that later epochs follow what the critic has learned (Andrychowicz et al. 2021,
-    "What Matters in On-Policy RL"). The batch is the [T, N] rollout flattened: view(T, -1)
-    restores the time axis, and next_obs[t] is s_{t+1} (the final obs after a truncation)."""
-    steps = args.num_steps
-    values = agent.get_value(batch["obs"]).view(steps, -1)
-    next_values = agent.get_value(batch["next_obs"]).view(steps, -1)
-    rewards, terminated = batch["rewards"].view(steps, -1), batch["terminated"].view(steps, -1)
-    advantages, returns = compute_gae(
-        rewards, values, next_values, terminated, batch["dones"].view(steps, -1),
-        args.gamma, args.gae_lambda,
-    )  # fmt: skip
-    return advantages.flatten(), returns.flatten()
 
 
 def bounds_loss(mean: torch.Tensor) -> torch.Tensor:

@@ -204,24 +204,26 @@ PEER_STEPS = {"CleanRL (v4; final return, 3 seeds)": {"Humanoid": 1_000_000}}
 
 def standing_cell(runs: list[dict], key: str, peer: str, task: str, steps: int) -> str:
     """Our mean on the peer's own metric against the peer's number: ahead or behind, and the
-    ratio. Where a run has no max_eval_return, its final eval is a lower bound of it (the last
-    periodic evaluation is the final one), so a mean eval above the peer is ahead too."""
+    ratio. Where a run has no max_eval_return (recorded before periodic evaluation), its final
+    eval bounds it from below (the last evaluation is the final one): if the mean of these bounds
+    is above the peer, so is the mean max; otherwise only the runs that have it are compared."""
     published = PEERS[peer].get(task)
     if published is None or PEER_STEPS.get(peer, {}).get(task, steps) != steps:
         return "–"
     theirs = float(published.split()[0])
     values = [float(r[key]) for r in runs if r[key] != ""]
-    bound = ""
+    note = ""
     if key == "max_eval_return" and len(values) < len(runs):
-        evals = [float(r["eval_return"]) for r in runs]
-        if np.mean(evals) <= theirs:  # not settled until every run has it
-            ratio = f"{np.mean(values) / theirs:.2f}x" if values else "–"
-            measured = f"{mean_std(values)} ({len(values)} of {len(runs)} runs)"
-            return f"open: {measured} vs {theirs:.0f} ({ratio})"
-        values, bound = evals, " (final eval, a lower bound)"
+        bounds = [float(r[key] or r["eval_return"]) for r in runs]
+        if np.mean(bounds) > theirs:
+            values, note = bounds, " (a lower bound)"
+        elif values:
+            note = f" ({len(values)} of {len(runs)} runs)"
+        else:
+            return "not measured"
     ours = float(np.mean(values))
     word = "ahead" if ours > theirs else "behind"
-    return f"{word}: {ours:.0f}{bound} vs {theirs:.0f} ({ours / theirs:.2f}x)"
+    return f"{word}: {ours:.0f}{note} vs {theirs:.0f} ({ours / theirs:.2f}x)"
 
 
 def standing(rows: list[dict], script: str = "ppo_continuous.py") -> str:

@@ -158,7 +158,10 @@ def test_standing_compares_each_metric_with_its_own_peer():
         row("Hopper-v5", "2000", "2800", ""),  # no max recorded: the eval is its lower bound
         row("Hopper-v5", "3000", "2600", ""),
         row("HalfCheetah-v5", "1500", "5000", "5100"),
-        row("HalfCheetah-v5", "1300", "4000", ""),  # the mean eval 4500 is below 5784: open
+        row("HalfCheetah-v5", "1300", "4000", ""),  # bounds 5100, 4000: only the run with it
+        row("Ant-v5", "1000", "2000", ""),  # no max and a lower eval: nothing to say
+        row("Walker2d-v5", "3000", "3500", "3700"),  # a max 3700 and a bound 3600: above 3588
+        row("Walker2d-v5", "3000", "3600", ""),
         row("Humanoid-v5", "5000", "6000", "", steps="3000000"),  # CleanRL's is at 1M steps
         row("Hopper-v5", "9000", "9000", "9000", flags="--update-epochs 20"),  # not a default
     ]
@@ -166,12 +169,14 @@ def test_standing_compares_each_metric_with_its_own_peer():
         "| task | steps | final return vs CleanRL | eval return vs SB3 rl-zoo "
         "| max eval return vs Tianshou |",
         "|---|---|---|---|---|",
+        "| Ant-v5 | 1,000,000 | – | ahead: 2000 vs 1327 (1.51x) | not measured |",
         "| HalfCheetah-v5 | 1,000,000 | behind: 1400 vs 1443 (0.97x) "
-        "| behind: 4500 vs 5819 (0.77x) | open: 5100 (1 of 2 runs) vs 5784 (0.88x) |",
+        "| behind: 4500 vs 5819 (0.77x) | behind: 5100 (1 of 2 runs) vs 5784 (0.88x) |",
         "| Hopper-v5 | 1,000,000 | ahead: 2500 vs 2383 (1.05x) | ahead: 2700 vs 2410 (1.12x) "
-        "| ahead: 2700 (final eval, a lower bound) vs 2609 (1.03x) |",
-        "| Humanoid-v5 | 3,000,000 | – | – "
-        "| ahead: 6000 (final eval, a lower bound) vs 1360 (4.41x) |",
+        "| ahead: 2700 (a lower bound) vs 2609 (1.03x) |",
+        "| Humanoid-v5 | 3,000,000 | – | – | ahead: 6000 (a lower bound) vs 1360 (4.41x) |",
+        "| Walker2d-v5 | 1,000,000 | ahead: 3000 vs 2288 (1.31x) | ahead: 3550 vs 3479 (1.02x) "
+        "| ahead: 3650 (a lower bound) vs 3588 (1.02x) |",
     ]
 
 
