@@ -24,6 +24,7 @@ Help:  python ppo_symaug.py --help
 import argparse
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import importlib.util
 import io
@@ -36,7 +37,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Literal
 
 import gymnasium as gym
@@ -53,12 +53,13 @@ CHECKPOINT_KEYS = ["env_id", "obs_dim", "act_dim", "args", "agent", "optimizers"
 CHECKPOINT_KEYS += ["rng", "global_step", "iteration", "lr_scale", "best_eval"]
 
 
-@dataclass
+@dataclasses.dataclass
 class Args:
     # Algorithm
     env_id: str = "Walker2d-v5"
     """an env with a mirror map (MIRROR_MAPS): Walker2d-v5, Ant-v5, Humanoid-v5, Swimmer-v5,
     InvertedPendulum-v5 or InvertedDoublePendulum-v5"""
+    env_backend: Literal["gymnasium", "envpool"] = "gymnasium"  # envpool: C++ MuJoCo (README)
     total_timesteps: int = 1_000_000  # total environment steps (over all envs)
     learning_rate: float = 3e-4  # of the actor, and of the critic unless --critic-learning-rate
     critic_learning_rate: float | None = None  # of the critic; None: --learning-rate
@@ -127,9 +128,11 @@ class Args:
 
 
 # Environment --------------------------------------------------------------------------------------
-def make_envs(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.VectorEnv:
+def make_envs(env_id: str, num_envs: int, backend: str = "gymnasium", **kwargs):
     """Sync vector env with SAME_STEP autoreset: the obs returned for a finished episode is the
     next episode's first one, and info["final_obs"] holds the last one, to bootstrap from."""
+    if backend == "envpool":  # EnvPool's C++ envs, made to keep the same contract (harness)
+        return EnvPoolVectorEnv(env_id, num_envs, **kwargs)
     autoreset = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     try:  # each env in a CheckedEnv (harness): flat observations, NaN or inf in one line
         envs = gym.make_vec(env_id, num_envs, "sync", autoreset, [CheckedEnv], **kwargs)
@@ -137,11 +140,6 @@ def make_envs(env_id: str, num_envs: int, seed: int, **kwargs) -> gym.vector.Vec
         fail(f"cannot make {env_id}: {e}")
     except gym.error.Error as e:
         fail(f"unknown env id {env_id!r} ({type(e).__name__}: {e})")
-    if not isinstance(envs.single_action_space, gym.spaces.Box):
-        envs.close()
-        space = type(envs.single_action_space).__name__
-        fail(f"{env_id} has a {space} action space; this script needs Box (continuous) actions")
-    envs.action_space.seed(seed)
     return envs
 
 
@@ -179,9 +177,8 @@ class RunningMeanStd(nn.Module):
         x = x.reshape(-1, *self.mean.shape).to(torch.float64)
         batch_var = x.var(0, unbiased=False)
         moments = merge_moments(self.count, self.mean, self.var, x.shape[0], x.mean(0), batch_var)
-        self.count.copy_(moments[0])
-        self.mean.copy_(moments[1])
-        self.var.copy_(moments[2])
+        for buffer, value in zip((self.count, self.mean, self.var), moments):
+            buffer.copy_(value)
 
 
 def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -237,15 +234,19 @@ class Agent(nn.Module):
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.normalize(obs)).squeeze(-1)
 
-    def get_action_and_value(self, obs: torch.Tensor, actions: torch.Tensor | None = None):
-        """A dict of [batch] tensors: actions (sampled unless given), their log-probs, the
-        entropies, the values, and the Gaussian's means and std."""
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """The rollout's one call per step: actions drawn from the Gaussian policy. The actor
+        alone: the log-probs and values of the whole rollout come after it, in one batched pass."""
+        mean = self.actor_mean(self.normalize(obs))
+        return torch.normal(mean, self.logstd().expand_as(mean).exp())
+
+    def get_action_and_value(self, obs: torch.Tensor, actions: torch.Tensor):
+        """A dict of [batch] tensors: the actions, their log-probs, the entropies, the values, and
+        the Gaussian's means and std."""
         x = self.normalize(obs)
         mean = self.actor_mean(x)
         logstd = self.logstd().expand_as(mean)
         std = logstd.exp()
-        if actions is None:
-            actions = torch.normal(mean, std)
         # The diagonal Gaussian's log-density and entropy written out: the same numbers as
         # torch.distributions.Normal, which costs more to build than these small networks.
         logprobs = (-0.5 * ((actions - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
@@ -469,16 +470,15 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
     `step` on: a dict of time-major [T, N] tensors. carry holds what runs on across rollouts."""
     device = carry["obs"].device
     shape = (args.num_steps, args.num_envs)
-    buf = {"obs": [], "actions": [], "logprobs": [], "values": [], "means": []}
+    buf = {"obs": [], "actions": []}
     rewards, discounted = np.zeros(shape), np.zeros(shape)
     terminated, truncated = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
-    final_values = torch.zeros(shape, device=device)
+    final_obs = np.zeros((*shape, carry["obs"].shape[-1]), dtype=np.float32)  # where truncated
     for t in range(args.num_steps):
-        policy = agent.get_action_and_value(carry["obs"])
-        policy["obs"] = carry["obs"]
-        for key in buf:
-            buf[key].append(policy[key])
-        env_action = scale_action(policy["actions"].cpu().numpy(), envs.single_action_space)
+        actions = agent.act(carry["obs"])
+        buf["obs"].append(carry["obs"])
+        buf["actions"].append(actions)
+        env_action = scale_action(actions.cpu().numpy(), envs.single_action_space)
         next_obs, rewards[t], terminated[t], truncated[t], info = envs.step(env_action)
         carry["obs"] = to_tensor(next_obs, device)
         carry["return"] += rewards[t]
@@ -491,20 +491,21 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
             end = step + (t + 1) * args.num_envs
             writer.add_scalar("charts/episodic_return", carry["return"][i], end)
             writer.add_scalar("charts/episodic_length", carry["length"][i], end)
-        carry["return"][done] = 0.0
-        carry["length"][done] = 0
-        carry["discounted"][done] = 0.0
+        for key in ("return", "length", "discounted"):  # the next episodes start from 0
+            carry[key][done] = 0
         # The obs returned for a finished episode is already the next one's reset obs: a truncated
         # episode bootstraps from V(final_obs); a terminated one needs no value.
         if truncated[t].any():
             idx = np.flatnonzero(truncated[t])
-            final_obs = to_tensor(np.stack(info["final_obs"][idx]), device)
-            final_values[t, idx] = agent.get_value(final_obs)
+            final_obs[t, idx] = np.stack(info["final_obs"][idx])
     rollout = {key: torch.stack(values) for key, values in buf.items()}
-    # V(s_{t+1}) of the same episode: the value the next step computed (one critic pass per
-    # step), except after a truncation, where it is V(final_obs).
+    # The policy was frozen: the log-probs, values and means of all the steps in one batched pass.
+    policy = agent.get_action_and_value(rollout["obs"], rollout["actions"])
+    rollout.update(logprobs=policy["logprobs"], values=policy["values"], means=policy["means"])
+    # V(s_{t+1}) of the same episode: the next step's value, or V(final_obs) after a truncation.
     next_values = torch.cat((rollout["values"][1:], agent.get_value(carry["obs"])[None]))
     truncated_mask = torch.as_tensor(truncated, device=device)
+    final_values = agent.get_value(to_tensor(final_obs, device))
     rollout["next_values"] = torch.where(truncated_mask, final_values, next_values)
     rollout["rewards"] = to_tensor(rewards, device)
     if args.norm_reward:  # scale by the std of the discounted return, this rollout included
@@ -545,8 +546,7 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
                 opt.step()
             if args.desired_kl is not None:  # Extra: the lr follows the KL of every step
                 lr_scale = adapt_lr_scale(optimizers, mb, old_std, new, lr_scale, args)
-            terms["actor_grad_norm"] = actor_norm
-            terms["critic_grad_norm"] = critic_norm
+            terms.update(actor_grad_norm=actor_norm, critic_grad_norm=critic_norm)
             for key, value in terms.items():
                 stats.setdefault(key, []).append(value.detach())
             last_epoch_ratios.append(new["ratio"].detach())
@@ -602,7 +602,7 @@ def train(args: Args) -> dict[str, float]:
     torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if args.cuda else "cpu")
-    envs = make_envs(args.env_id, args.num_envs, args.seed)
+    envs = make_envs(args.env_id, args.num_envs, args.env_backend)
     mirror_obs, mirror_act = make_mirror_fns(args.env_id)  # no mirror map: fails before the run
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args).to(device)
@@ -647,7 +647,7 @@ def train(args: Args) -> dict[str, float]:
             check_finite(run, metrics, agent, progress)  # Harness: divergence ends in one line
             metrics = log_iteration(run, metrics, optimizers, carry, progress)  # Harness
             stop = signals["signum"] if iteration < last else 0  # Harness: the signal, if any
-            evaluate_and_save(run, state, stop)  # Harness: --eval-every, best.pt, checkpoint.pt
+            stop = evaluate_and_save(run, state, stop)  # Harness: --eval-every, best.pt, checkpoint
             if stop:  # Harness
                 break
         envs.close()
@@ -797,6 +797,10 @@ def check_args(args: Args):
     for name in ("actor_layers", "critic_layers"):
         if not all(size > 0 for size in getattr(args, name)):
             fail(f"{flag(name)} must be positive sizes, got {getattr(args, name)}")
+    if args.env_backend == "envpool" and args.capture_video:
+        fail("--capture-video renders with gymnasium's MuJoCo: use --env-backend gymnasium")
+    if args.env_backend == "envpool":  # installed, and the task one of EnvPool's
+        EnvPoolVectorEnv(args.env_id, 1).close()
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail("--gamma and --gae-lambda must lie in [0, 1]")
     if not math.isfinite(args.init_logstd):
@@ -825,8 +829,8 @@ def make_writable(path: str, flag_name: str):
 
 
 def plan_run(args: Args, ckpt: dict | None) -> dict:
-    """The iterations to run: whole batches, in whole minibatches, never past --total-timesteps;
-    a resume goes on from the saved step, with the flags that shape the networks as saved."""
+    """The iterations to run, in whole batches, never past --total-timesteps (a resume: from its
+    step, with the flags that shape the networks as saved)."""
     global_step = 0
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
@@ -838,9 +842,8 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
         global_step = ckpt["global_step"]
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
-        fail(
-            f"batch size {batch_size} is not divisible by --num-minibatches {args.num_minibatches}"
-        )
+        fail(f"batch size {batch_size} is not divisible by --num-minibatches "
+             f"{args.num_minibatches}")  # fmt: skip
     if args.norm_adv and batch_size // args.num_minibatches < 2:
         fail("minibatches of one sample: the advantages of one sample cannot be normalized")
     first_iteration = global_step // batch_size + 1
@@ -857,8 +860,7 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
 
 
 def start_run(args: Args, plan: dict, can_film: bool) -> dict:
-    """The run's directory (a new one; a resumed run keeps its own), video folder and the clock
-    of its speed; prints the start line. (run_guard opens its TensorBoard writer.)"""
+    """The run's directory (a resumed run keeps its own), video folder and clock; the start line."""
     run_dir = run_dir_of(args.resume) if args.resume is not None else new_run_dir(args)
     run = {**plan, "dir": run_dir, "checkpoint": os.path.join(run_dir, "checkpoint.pt")}
     run["videos"] = os.path.join(args.video_dir, os.path.basename(run_dir)) if can_film else None
@@ -884,6 +886,20 @@ def new_run_dir(args: Args) -> str:
             return path
 
 
+def lock_run_dir(run_dir: str):
+    """Held while this process lives (the kernel drops it at any exit, SIGKILL included): a second
+    process in the same run directory (two --resume of one run) is refused in one line."""
+    file = open(os.path.join(run_dir, ".lock"), "a+")
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.seek(0)
+        fail(f"{run_dir} is in use by process {file.read().strip()}; wait for it, or stop it")
+    file.truncate(0)
+    print(os.getpid(), file=file, flush=True)
+    return file
+
+
 def run_dir_of(path: str) -> str:
     """The run directory of a checkpoint (or the directory itself)."""
     return os.path.abspath(path) if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
@@ -906,8 +922,8 @@ def make_writer(run_dir: str, args: Args) -> SummaryWriter:
 
 
 def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: dict) -> dict:
-    """Write the iteration's metrics, speed and learning rate to TensorBoard, print the progress
-    line; return what was written, with the last 10 episodes' mean return and length."""
+    """The iteration's scalars to TensorBoard (with the last 10 episodes' mean return and length,
+    the speed and learning rate) and its progress line; returns what was written."""
     step = progress["global_step"]
     logged = dict(metrics)
     logged["charts/SPS"] = int((step - run["start_step"]) / (time.time() - run["start_time"]))
@@ -920,11 +936,10 @@ def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: d
         logged["charts/episodic_return"] = float(np.mean([r for r, _ in recent]))
         logged["charts/episodic_length"] = float(np.mean([n for _, n in recent]))
         shown = f"{logged['charts/episodic_return']:.1f}"
-    sps = logged["charts/SPS"]
-    eta = (run["end_step"] - step) / max(sps, 1)
+    eta = (run["end_step"] - step) / max(logged["charts/SPS"], 1)
     eta = f"{int(eta // 86400)}d {time.strftime('%H:%M:%S', time.gmtime(eta))}"
     print(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
-          f"SPS {sps} | ETA {eta}", flush=True)  # fmt: skip
+          f"SPS {logged['charts/SPS']} | ETA {eta}", flush=True)  # fmt: skip
     return logged
 
 
@@ -940,34 +955,43 @@ def check_finite(run: dict, metrics: dict, agent, progress: dict):
              f"lower --learning-rate or --max-grad-norm; last good checkpoint: {last}")  # fmt: skip
 
 
-def evaluate_and_save(run: dict, state: dict, stop: int):
+def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
     """After an iteration: every --eval-every iterations a deterministic evaluation, keeping the
-    best policy as best.pt; checkpoint.pt every --checkpoint-every, at the end and on a stop."""
+    best policy as best.pt; checkpoint.pt every --checkpoint-every, at the end and on a stop
+    (stop, or a signal that cut the evaluation short, which it returns)."""
     agent, args, progress = state["agent"], state["args"], state["progress"]
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
-        returns, _ = evaluate_run(agent, args, run["videos"], f"eval_step{step}")
-        mean_return = float(returns.mean())
-        run["writer"].add_scalar("eval/periodic_return", mean_return, step)
-        if mean_return > progress["best_eval"]:
-            progress["best_eval"] = mean_return
-            save_checkpoint(os.path.join(run["dir"], "best.pt"), **state)
+        returns, _ = evaluate(agent, args, run["videos"], f"eval_step{step}", run["signals"])
+        if returns is None:  # a signal cut it short: stop after this iteration
+            stop = run["signals"]["signum"]
+        else:
+            mean_return = float(returns.mean())
+            run["writer"].add_scalar("eval/periodic_return", mean_return, step)
+            if mean_return > progress["best_eval"]:
+                progress["best_eval"] = mean_return
+                save_checkpoint(os.path.join(run["dir"], "best.pt"), **state)
     periodic = args.checkpoint_every > 0 and iteration % args.checkpoint_every == 0
     if periodic or stop or iteration == run["last_iteration"]:
         save_checkpoint(run["checkpoint"], **state)
+    return stop
 
 
 def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
-    """After a stop signal, exit with code 128 + its number (checkpoint.pt is saved). Otherwise
-    evaluate the final policy deterministically; return the last iteration's metrics with it."""
+    """Evaluate the final policy deterministically; return the last iteration's metrics with it.
+    After a stop signal (also one in that evaluation) exit with code 128 + its number instead."""
     agent, args, progress = state["agent"], state["args"], state["progress"]
-    step = progress["global_step"]
+    step, signals = progress["global_step"], run["signals"]
+    if not stop:
+        returns, video = evaluate(agent, args, run["videos"], f"eval_step{step}", signals)
+        stop = signals["signum"] if returns is None else 0
     if stop:
         close_writer(run, args)
-        print(f"\n{signal.Signals(stop).name}: stopped at step {step}; resume with: "
-              f"{resume_command(run['checkpoint'])}", file=sys.stderr)  # fmt: skip
+        then = f"resume with: {resume_command(run['checkpoint'])}"
+        if step == run["end_step"]:  # stopped in the final evaluation: nothing left to train
+            then = f"the run is complete; evaluate it with --eval-checkpoint {run['checkpoint']}"
+        print(f"\n{signal.Signals(stop).name}: stopped at step {step}; {then}", file=sys.stderr)
         raise SystemExit(128 + stop)
-    returns, video = evaluate_run(agent, args, run["videos"], f"eval_step{step}")
     mean_return = float(returns.mean())
     metrics = {**metrics, "eval/episodic_return": mean_return, "global_step": step}
     run["writer"].add_scalar("eval/episodic_return", mean_return, step)
@@ -994,17 +1018,19 @@ def resume_command(checkpoint_path: str) -> str:
 
 @contextlib.contextmanager
 def run_guard(run: dict, args: Args):
-    """Opens the run's TensorBoard writer. Inside, a first SIGINT (Ctrl-C) or SIGTERM (preemption)
-    sets the yielded dict's "signum", which train() checks between iterations (a
-    KeyboardInterrupt inside TensorBoard's writer can hang its close()); a second stops at once,
-    without saving: exit code 128 + signal. A write error (a full disk) is one line."""
+    """Locks the run directory, opens its TensorBoard writer. Inside, a first SIGINT (Ctrl-C) or
+    SIGTERM (preemption) sets the yielded dict's "signum", checked between iterations and between
+    evaluation steps (a KeyboardInterrupt in TensorBoard's writer can hang its close()); a second
+    stops at once, without saving: exit code 128 + signal. A write error is one line."""
     stop, previous = {"signum": 0}, {}  # signal handlers can only be set on the main thread
+    run["signals"], run["lock"] = stop, None
     if threading.current_thread() is threading.main_thread():
         handler = functools.partial(on_signal, stop)
         previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     thread_hook, threading.excepthook = threading.excepthook, quiet_write_errors
     try:
-        run["writer"] = make_writer(run["dir"], args) if run["dir"] else None  # ppo_ddp: rank 0
+        if run["dir"]:  # ppo_ddp: rank 0's
+            run["lock"], run["writer"] = lock_run_dir(run["dir"]), make_writer(run["dir"], args)
         yield stop
     except KeyboardInterrupt:  # the state may be half-updated, so none is saved
         last = run["checkpoint"] if os.path.exists(run["checkpoint"]) else "none yet"
@@ -1018,6 +1044,8 @@ def run_guard(run: dict, args: Args):
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         threading.excepthook = thread_hook
+        if run["lock"]:  # now, not when collected: train() may run again in this process
+            run["lock"].close()
 
 
 def on_signal(stop: dict, signum: int, frame):
@@ -1029,8 +1057,7 @@ def on_signal(stop: dict, signum: int, frame):
 
 
 def quiet_write_errors(hook_args):
-    """TensorBoard's writer thread dies of a write error, which train() says in one line when it
-    next writes: no thread traceback before that."""
+    """No traceback when TensorBoard's writer thread dies of a write error: run_guard says it."""
     if not issubclass(hook_args.exc_type, OSError):
         threading.__excepthook__(hook_args)
 
@@ -1041,8 +1068,7 @@ def write_error(e: OSError, where: str) -> str:
 
 def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progress: dict):
     """Atomic (a crash or a full disk leaves the last checkpoint as it was, and no .tmp), tensors
-    and plain values only. progress holds global_step, iteration, lr_scale and best_eval. torch's
-    is the only generator the run draws from (the envs have their own, reseeded on resume)."""
+    and plain values only; torch's generator is the run's only one (the envs reseed on resume)."""
     state = {"script": SCRIPT_NAME, "env_id": args.env_id, "args": dataclasses.asdict(args),
              "obs_dim": agent.obs_rms.mean.shape[0], "act_dim": agent.actor_logstd.shape[0],
              "agent": agent.state_dict(), "reward_rms": reward_rms.state_dict(),
@@ -1061,8 +1087,7 @@ def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progre
 
 
 def load_checkpoint(path: str) -> dict:
-    """weights_only=True unpickles only tensors and plain values: a crafted file cannot run code.
-    A run directory stands for its checkpoint.pt."""
+    """weights_only: tensors and plain values, no code; a run directory means its checkpoint.pt."""
     if os.path.isdir(path):
         path = os.path.join(path, "checkpoint.pt")
     if not os.path.exists(path):
@@ -1088,8 +1113,7 @@ def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
     """Load the saved state into the new objects; return the run's progress."""
     agent.load_state_dict(ckpt["agent"])
     for opt, state in zip(optimizers, ckpt["optimizers"]):
-        # load_state_dict brings back the saved groups' settings (initial_lr, weight_decay):
-        # those of the flags given now win.
+        # load_state_dict brings back the saved groups' settings: the flags given now win.
         settings = [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
         opt.load_state_dict(state)
         for group, setting in zip(opt.param_groups, settings):
@@ -1131,8 +1155,7 @@ def init_from(agent, args: Args):
 
 
 def saved_args(ckpt: dict) -> Args:
-    """The settings a checkpoint was trained with (fields this version lacks are dropped, and
-    --init-from, which only the start of a run takes)."""
+    """A checkpoint's settings, less the fields this version lacks and --init-from (a start's)."""
     names = [field.name for field in dataclasses.fields(Args) if field.name != "init_from"]
     return Args(**{name: value for name, value in ckpt["args"].items() if name in names})
 
@@ -1146,8 +1169,9 @@ def parse_args(argv: list[str] | None = None) -> Args:
     paths.add_argument("--eval-checkpoint")
     found = paths.parse_known_args(argv)[0]
     default = Args()
-    if found.eval_checkpoint is not None:
-        default.env_id = load_checkpoint(found.eval_checkpoint)["env_id"]
+    if found.eval_checkpoint is not None:  # its env, on the backend it was trained on
+        saved = load_checkpoint(found.eval_checkpoint)["args"]
+        default.env_id, default.env_backend = saved["env_id"], saved.get("env_backend", "gymnasium")
     elif found.resume is not None:
         default = saved_args(load_checkpoint(found.resume))
     args = tyro.cli(Args, args=argv, default=default, description=__doc__.splitlines()[0])
@@ -1157,39 +1181,40 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 
 @torch.no_grad()
-def evaluate(agent: Agent, env_id: str, episodes: int, seed: int, video_path=None):
-    """Returns of `episodes` episodes with the deterministic (mean) action, one per sub-env, in
-    parallel; with video_path, the first one is also recorded as an MP4."""
-    device = agent.actor_logstd.device
-    envs = make_envs(env_id, episodes, seed, **(render_kwargs(env_id) if video_path else {}))
-    obs, _ = envs.reset(seed=seed)
-    frames = [envs.envs[0].render()] if video_path else []
-    returns, finished = np.zeros(episodes), np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        mean = agent.actor_mean(agent.normalize(to_tensor(obs, device)))
-        action = scale_action(mean.cpu().numpy(), envs.single_action_space)
-        obs, reward, terminated, truncated, _ = envs.step(action)
-        done = terminated | truncated
-        if video_path and not (finished[0] or done[0]):  # once done, env 0 shows the next episode
-            frames.append(envs.envs[0].render())
-        returns += reward * ~finished
-        finished |= done
-    if video_path:
+def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict | None = None):
+    """The returns of --eval-episodes with the mean action, episode i on seed --seed +
+    EVAL_SEED_OFFSET + i, in waves of up to 16 envs (bounded memory; None if a signal in stop cut
+    it short), and the first episode's MP4: videos/name.mp4 (None without videos)."""
+    device, seed, returns = agent.actor_logstd.device, args.seed + EVAL_SEED_OFFSET, []
+    video, frames = videos and f"{videos}/{name}.mp4", []
+    for first in range(0, args.eval_episodes, 16):
+        n, film = min(16, args.eval_episodes - first), bool(video) and first == 0
+        render = render_kwargs(args.env_id) if film else {}
+        envs = make_envs(args.env_id, n, args.env_backend, **render)
+        obs, _ = envs.reset(seed=seed + first)
+        frames += [envs.envs[0].render()] if film else []
+        wave, finished = np.zeros(n), np.zeros(n, dtype=bool)
+        while not finished.all() and not (stop and stop["signum"]):
+            mean = agent.actor_mean(agent.normalize(to_tensor(obs, device)))
+            action = scale_action(mean.cpu().numpy(), envs.single_action_space)
+            obs, reward, terminated, truncated, _ = envs.step(action)
+            done = terminated | truncated
+            if film and not (finished[0] or done[0]):  # once done, env 0 shows the next episode
+                frames.append(envs.envs[0].render())
+            wave += reward * ~finished
+            finished |= done
+        fps = envs.envs[0].metadata.get("render_fps", 30) if film else None
+        envs.close()
+        if not finished.all():  # stopped by a signal
+            return None, video
+        returns += wave.tolist()
+    if video:
         import imageio
 
-        print(f"recording evaluation video -> {video_path}", flush=True)
-        os.makedirs(os.path.dirname(video_path), exist_ok=True)
-        imageio.mimsave(video_path, frames, fps=envs.envs[0].metadata.get("render_fps", 30))
-        print(f"wrote {video_path}", flush=True)
-    envs.close()
-    return returns.tolist()
-
-
-def evaluate_run(agent: Agent, args: Args, videos: str | None, name: str):
-    """The deterministic returns of --eval-episodes, on seeds the training envs never see, and the
-    video of the first episode (videos/name.mp4; None without a video folder)."""
-    video = videos and f"{videos}/{name}.mp4"
-    returns = evaluate(agent, args.env_id, args.eval_episodes, args.seed + EVAL_SEED_OFFSET, video)
+        print(f"recording evaluation video -> {video}", flush=True)
+        os.makedirs(os.path.dirname(video), exist_ok=True)
+        imageio.mimsave(video, frames, fps=fps)
+        print(f"wrote {video}", flush=True)
     return np.array(returns), video
 
 
@@ -1199,28 +1224,29 @@ def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
     agent.load_state_dict(ckpt["agent"])
     videos = os.path.join(args.video_dir, os.path.basename(run_dir_of(args.eval_checkpoint)))
-    name = f"eval_checkpoint_step{ckpt['global_step']}"
     args = dataclasses.replace(args, env_id=ckpt["env_id"])
-    returns, _ = evaluate_run(agent, args, videos if can_film else None, name)
+    name = f"eval_checkpoint_step{ckpt['global_step']}"
+    returns, _ = evaluate(agent, args, videos if can_film else None, name)
     print(f"{args.env_id}: deterministic return {returns.mean():.1f} ± {returns.std():.1f} over "
           f"{len(returns)} episodes")  # fmt: skip
     return {"eval/episodic_return": float(returns.mean())}
 
 
-class CheckedEnv(gym.Wrapper):
+class CheckedEnv(gym.wrappers.FlattenObservation):
     """Each env of make_envs: a Dict or Tuple observation flattened into one vector (by gymnasium's
-    FlattenObservation), and a NaN or inf that the env returns (a custom env's bug) in one line."""
-
-    steps = 0
+    FlattenObservation), Box actions, and a NaN or inf that the env returns in one line."""
 
     def __init__(self, env: gym.Env):
-        env = gym.wrappers.FlattenObservation(env)
-        if not isinstance(env.observation_space, gym.spaces.Box):  # a Graph or Sequence inside
-            fail(f"{env.spec.id}: its observation space cannot be flattened into a vector")
         super().__init__(env)
+        if not isinstance(self.observation_space, gym.spaces.Box):  # a Graph or Sequence inside
+            fail(f"{env.spec.id}: its observation space cannot be flattened into a vector")
+        if not isinstance(self.action_space, gym.spaces.Box):
+            fail(f"{env.spec.id} has a {type(env.action_space).__name__} action space; this "
+                 "script needs Box (continuous) actions")  # fmt: skip
+        self.steps = 0
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, reward, terminated, truncated, info = super().step(action)
         self.steps += 1
         if not (math.isfinite(reward) and np.isfinite(obs).all()):
             fail(f"{self.spec.id} returned a non-finite observation or reward at its step "
@@ -1228,10 +1254,44 @@ class CheckedEnv(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class EnvPoolVectorEnv:
+    """--env-backend envpool: EnvPool's C++ envs in make_envs's contract. EnvPool resets a finished
+    env on the step after (NEXT_STEP), keeps no final obs and fixes its seeds when the pool is
+    made: here a finished env is reset by id right after its last step, which goes to
+    info["final_obs"], and reset(seed=s) makes a new pool, env i seeded s + i as in gymnasium."""
+
+    def __init__(self, env_id: str, num_envs: int, **kwargs):
+        if importlib.util.find_spec("envpool") is None:
+            fail("--env-backend envpool needs EnvPool: pip install -r requirements-envpool.txt")
+        envpool = importlib.import_module("envpool")
+        if env_id not in envpool.list_all_envs():  # its version too: Hopper-v4 is not Hopper-v5
+            fail(f"EnvPool has no {env_id} (envpool.list_all_envs()): use --env-backend gymnasium")
+        self.make = functools.partial(envpool.make_gymnasium, env_id, num_envs=num_envs, **kwargs)
+        self.num_envs, self.pool = num_envs, self.make()
+        self.single_observation_space = self.pool.observation_space
+        self.single_action_space = self.pool.action_space
+
+    def reset(self, seed: int):
+        self.pool.close()
+        self.pool = self.make(seed=[(seed + i) % 2**31 for i in range(self.num_envs)])  # int32
+        return self.pool.reset()[0], {}
+
+    def step(self, actions: np.ndarray):
+        obs, rewards, terminated, truncated, _ = self.pool.step(actions)
+        info, done = {}, np.flatnonzero(terminated | truncated)
+        if done.size:  # SAME_STEP: the next episode's first obs in place, the last one kept
+            info["final_obs"] = obs.copy()
+            obs[done] = self.pool.reset(env_id=done)[0]
+        return obs, rewards, terminated, truncated, info
+
+    def close(self):
+        self.pool.close()
+
+
 def start_mujoco(args: Args) -> bool:
     """Before any env loads MuJoCo, its renderer (MUJOCO_GL): EGL, offscreen, without a screen;
-    none if its library cannot load (training still runs). With --capture-video, a frame is
-    rendered first; if that fails, one line, and no video. Returns whether to film evaluations."""
+    none if its library cannot load. With --capture-video, a frame is rendered first; if that
+    fails, one line, and no video. Returns whether to film evaluations."""
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")
     error = rendering_error(args.env_id) if args.capture_video else None
@@ -1279,6 +1339,8 @@ def rendering_error(env_id: str) -> str | None:
 if __name__ == "__main__":
     try:
         train(parse_args())
+    except KeyboardInterrupt:  # Ctrl-C outside a run (start-up, --eval-checkpoint): nothing to save
+        raise SystemExit(128 + signal.SIGINT)
     except BrokenPipeError:  # `| head`: the reader has gone
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1)

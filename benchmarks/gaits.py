@@ -9,6 +9,7 @@ first --seconds seconds, as one row of the PNG (labelled with the script and see
 MuJoCo's offscreen renderer (without a screen set MUJOCO_GL=egl).
 """
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -58,8 +59,9 @@ def main(args: Args):
         agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt))
         agent.load_state_dict(ckpt["agent"])
         run = os.path.basename(os.path.dirname(os.path.abspath(path)))
-        video = os.path.join(args.video_dir, f"{run}.mp4")
-        (episode_return,) = script.evaluate(agent, ckpt["env_id"], 1, args.seed, video)
+        seed = args.seed - script.EVAL_SEED_OFFSET  # evaluate() adds it
+        settings = dataclasses.replace(script.saved_args(ckpt), eval_episodes=1, seed=seed)
+        (episode_return,), video = script.evaluate(agent, settings, args.video_dir, run)
         frames = iio.imread(video)
         fps = iio.immeta(video).get("fps", 30)
         last = min(len(frames) - 1, int(args.seconds * fps))

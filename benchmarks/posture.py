@@ -43,7 +43,7 @@ def is_upside_down(data, body: int) -> bool:
 def episode_posture(script, agent, env_id: str, seed: int) -> dict:
     """One deterministic episode: its return, length, the torso's mean forward speed and the
     fraction of steps it is upside down."""
-    envs = script.make_envs(env_id, 1, seed)
+    envs = script.make_envs(env_id, 1)
     env = envs.envs[0].unwrapped
     torso = env.model.body("torso").id
     obs, _ = envs.reset(seed=seed)

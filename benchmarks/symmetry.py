@@ -42,7 +42,7 @@ class Args:
 
 @torch.no_grad()
 def visited_states(agent, script, env_id: str, steps: int, seed: int = 0) -> torch.Tensor:
-    envs = script.make_envs(env_id, 1, seed)
+    envs = script.make_envs(env_id, 1)
     obs, _ = envs.reset(seed=seed)
     states = []
     for _ in range(steps):

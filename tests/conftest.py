@@ -147,7 +147,7 @@ def toy_rollout_and_batch(ppo, monkeypatch, env_id=TOY_ENV, **overrides):
     allow_toy_env(ppo, monkeypatch)
     torch.manual_seed(0)
     args = toy_args(ppo, "unused", **overrides)
-    envs = ppo.make_envs(env_id, args.num_envs, args.seed)
+    envs = ppo.make_envs(env_id, args.num_envs)
     agent = ppo.Agent(1, 1, args)
     agent.obs_rms.update(torch.arange(6.0)[:, None])  # statistics of the obs 0..5
     carry = ppo.start_episodes(envs, 100, args, torch.device("cpu"))

@@ -315,7 +315,7 @@ def test_truncated_episodes_bootstrap_from_final_obs(tmp_path):
 )
 def test_only_truncated_and_not_terminated_steps_are_bootstrapped(env_id, bootstrapped):
     # Step the env for one 5-step episode, as an actor does, to get its flags at the last step.
-    envs = appo.make_envs(env_id, 2, seed=0)
+    envs = appo.make_envs(env_id, 2)
     envs.reset(seed=0)
     for _ in range(5):
         _, reward, terminated, truncated, info = envs.step(np.zeros((2, 1), np.float32))

@@ -296,7 +296,7 @@ def test_posture_measures_speed_and_flips_as_the_simulator_does():
 
     import ppo_continuous as ppo
 
-    env = ppo.make_envs("HalfCheetah-v5", 1, 0).envs[0].unwrapped
+    env = ppo.make_envs("HalfCheetah-v5", 1).envs[0].unwrapped
     torso = env.model.body("torso").id
     flipped = []
     for pitch in (0.0, 1.0, 2.0, np.pi, -2.0):  # HalfCheetah's rooty joint turns the torso
@@ -316,7 +316,7 @@ def test_posture_measures_speed_and_flips_as_the_simulator_does():
             agent.actor_mean[-1].weight.mul_(300)
         measured = episode_posture(ppo, agent, "HalfCheetah-v5", 5)
         # The same episode, measured from what the env reports and from the pitch joint.
-        envs = ppo.make_envs("HalfCheetah-v5", 1, 5)
+        envs = ppo.make_envs("HalfCheetah-v5", 1)
         obs, _ = envs.reset(seed=5)
         velocities, flipped = [], []
         for _ in range(999):  # the last step's info is the next episode's reset info

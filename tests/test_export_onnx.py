@@ -55,7 +55,7 @@ def test_onnx_action_equals_the_scripts_deterministic_action(trained, tmp_path):
     assert mean.abs().max() > 0.1 and (var - 1).abs().max() > 0.1  # a normalizer that matters
     torch.manual_seed(0)
     obs = (mean + var.sqrt() * 2 * torch.randn(7, len(mean))).float()  # batch 7: exported with 2
-    envs = script.make_envs(ENV_ID, 1, 0)
+    envs = script.make_envs(ENV_ID, 1)
     with torch.no_grad():
         means = agent.actor_mean(agent.normalize(obs)).numpy()
     expected = script.scale_action(means, envs.single_action_space)
@@ -91,7 +91,7 @@ def test_check_returns_what_eval_checkpoint_returns(trained, tmp_path):
     output = str(tmp_path / "best.onnx")
     export_onnx.main(export_onnx.Args(checkpoint=path, output=output))
     module = importlib.import_module(script.__name__)
-    returns = export_onnx.check(module, output, ENV_ID, 3, 1)
+    returns = export_onnx.check(module, output, ENV_ID, 3, 1, "gymnasium")
     expected = script.train(script.Args(eval_checkpoint=path, eval_episodes=3, seed=1))
     assert np.mean(returns) == pytest.approx(expected["eval/episodic_return"], rel=1e-6)
 

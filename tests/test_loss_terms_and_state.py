@@ -107,7 +107,7 @@ def toy_rollout(ppo, monkeypatch, **overrides):
     allow_toy_env(ppo, monkeypatch)
     torch.manual_seed(0)
     args = toy_args(ppo, "unused", **overrides)
-    envs = ppo.make_envs(args.env_id, args.num_envs, args.seed)
+    envs = ppo.make_envs(args.env_id, args.num_envs)
     agent = ppo.Agent(1, 1, args)
     carry = ppo.start_episodes(envs, 0, args, torch.device("cpu"))
     rms = ppo.RunningMeanStd()

@@ -462,7 +462,7 @@ def test_policy_log_prob_entropy_and_sampling_match_torch_normal(name):
     torch.testing.assert_close(out["logprobs"], reference.log_prob(actions).sum(-1))
     torch.testing.assert_close(out["entropy"], reference.entropy().sum(-1))
     torch.manual_seed(3)
-    sampled = agent.get_action_and_value(obs)["actions"]
+    sampled = agent.act(obs)  # the rollout's per-step call
     torch.manual_seed(3)
     torch.testing.assert_close(sampled, reference.sample())  # same draw from the same RNG state
 
@@ -476,7 +476,7 @@ def test_evaluate_acts_with_the_mean_of_the_policy(name):
     agent = script.Agent(1, 1, script.Args())
     agent.obs_rms.update(torch.tensor([[1.0], [2.0], [4.0]]))  # so that normalize changes the obs
     CountsSteps.log.clear()
-    script.evaluate(agent, TOY_ENV, 2, 0)
+    script.evaluate(agent, script.Args(env_id=TOY_ENV, eval_episodes=2), None, "unused")
     assert len(CountsSteps.log) == 10  # 2 episodes of 5 steps
     obs = torch.tensor([[o] for o, _ in CountsSteps.log])
     actions = torch.tensor(np.array([a for _, a in CountsSteps.log]))

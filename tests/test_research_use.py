@@ -277,7 +277,7 @@ def test_dict_and_tuple_observations_are_flattened(script, tmp_path, monkeypatch
     script.train(toy_env_args(script, tmp_path, "toy_envs:DictObservations-v0"))
     ckpt = script.load_checkpoint(only_checkpoint(tmp_path))
     assert ckpt["obs_dim"] == 5  # position 2, the step count 1, one-hot of Discrete(2) 2
-    envs = script.make_envs("toy_envs:DictObservations-v0", 1, 0)
+    envs = script.make_envs("toy_envs:DictObservations-v0", 1)
     obs, _ = envs.reset(seed=0)
     obs, *_ = envs.step(envs.action_space.sample())
     assert obs.tolist() == [[0.0, 0.0, 1.0, 0.0, 1.0]]  # position, then step 1 and one-hot 1

@@ -9,7 +9,8 @@ obs_dim]; output "action", float32 [batch, act_dim]; the batch size is dynamic.
     python tools/export_onnx.py runs/<run>/best.pt --output best.onnx --check 10
 
 --check N runs N deterministic episodes with onnxruntime alone (no torch in that loop), on the
-seeds of the script's --eval-checkpoint, and prints the mean return.
+seeds of the script's --eval-checkpoint (and on the backend the run trained on, or
+--env-backend), and prints the mean return.
 """
 
 import contextlib
@@ -22,6 +23,7 @@ import pickle
 import sys
 import warnings
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -38,6 +40,7 @@ class Args:
     output: str | None = None  # the ONNX file to write; None: policy.onnx beside the checkpoint
     check: int = 0  # run this many deterministic episodes in onnxruntime, print the mean return
     seed: int = 1  # with --check: the --seed of the script's --eval-checkpoint to compare with
+    env_backend: Literal["gymnasium", "envpool"] | None = None  # with --check; None: the run's
 
 
 def fail(message: str):
@@ -82,7 +85,7 @@ def load_policy(path: str):
     ckpt = module.load_checkpoint(path)
     agent = module.Agent(ckpt["obs_dim"], ckpt["act_dim"], module.saved_args(ckpt))
     agent.load_state_dict(ckpt["agent"])
-    envs = module.make_envs(ckpt["env_id"], 1, 0)
+    envs = module.make_envs(ckpt["env_id"], 1)
     space = envs.single_action_space
     envs.close()
     return module, ckpt, DeployedPolicy(agent, space.low, space.high).eval()
@@ -121,22 +124,26 @@ def export(policy: DeployedPolicy, ckpt: dict, output: str):
         fail(f"{(e.strerror or str(e)).lower()} while writing {output}")
 
 
-def check(module, output: str, env_id: str, episodes: int, seed: int) -> list[float]:
-    """The scripts' evaluate, with onnxruntime in place of torch: one episode per sub-env."""
+def check(module, output: str, env_id: str, episodes: int, seed: int, backend: str) -> list:
+    """The scripts' evaluate, with onnxruntime in place of torch: the same seeds, episode i on
+    seed + EVAL_SEED_OFFSET + i, in the same waves of up to 16 envs."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(output, providers=["CPUExecutionProvider"])
-    seed = seed + module.EVAL_SEED_OFFSET
-    envs = module.make_envs(env_id, episodes, seed)
-    obs, _ = envs.reset(seed=seed)
-    returns, finished = np.zeros(episodes), np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        (action,) = session.run(None, {"obs": obs.astype(np.float32)})
-        obs, reward, terminated, truncated, _ = envs.step(action)
-        returns += reward * ~finished
-        finished |= terminated | truncated
-    envs.close()
-    return returns.tolist()
+    seed, returns = seed + module.EVAL_SEED_OFFSET, []
+    for first in range(0, episodes, 16):
+        n = min(16, episodes - first)
+        envs = module.make_envs(env_id, n, backend)
+        obs, _ = envs.reset(seed=seed + first)
+        wave, finished = np.zeros(n), np.zeros(n, dtype=bool)
+        while not finished.all():
+            (action,) = session.run(None, {"obs": obs.astype(np.float32)})
+            obs, reward, terminated, truncated, _ = envs.step(action)
+            wave += reward * ~finished
+            finished |= terminated | truncated
+        envs.close()
+        returns += wave.tolist()
+    return returns
 
 
 def main(args: Args):
@@ -155,7 +162,8 @@ def main(args: Args):
     export(policy, ckpt, output)
     print(f"wrote {output} ({ckpt['script']}, {ckpt['env_id']}, step {ckpt['global_step']})")
     if args.check:
-        returns = check(module, output, ckpt["env_id"], args.check, args.seed)
+        backend = args.env_backend or ckpt["args"].get("env_backend", "gymnasium")
+        returns = check(module, output, ckpt["env_id"], args.check, args.seed, backend)
         print(f"{ckpt['env_id']}: onnxruntime deterministic return {np.mean(returns):.1f} ± "
               f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
 
