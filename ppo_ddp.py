@@ -270,9 +270,17 @@ def all_moments(x: torch.Tensor):
     return x.shape[0] * world_size(), mean, var
 
 
+def broadcast_from_rank_0(module: nn.Module):
+    """--no-ddp: rank 0's parameters and buffers on every rank, what DDP's constructor does (each
+    rank seeds torch with seed + rank, so each made other networks)."""
+    for tensor in module.state_dict().values():  # views of the parameters: copied in place
+        dist.broadcast(tensor, src=0)
+
+
 def average_gradients(module: nn.Module):
     """--no-ddp: what DDP does inside backward(), by hand (as CleanRL): sum each gradient over the
-    ranks, then divide by their number. Never together with DDP: that would average twice."""
+    ranks, then divide by their number; the ranks started alike (broadcast_from_rank_0), so they
+    stay alike. Never together with DDP: that would average twice."""
     if world_size() == 1:
         return
     for param in module.parameters():
@@ -280,17 +288,29 @@ def average_gradients(module: nn.Module):
         param.grad /= world_size()
 
 
-def check_in_sync(*modules: nn.Module):
-    """Fail on every rank unless all hold rank 0's parameters and statistics bit for bit."""
+def check_in_sync(agent: nn.Module, reward_rms: nn.Module):
+    """Fail in one line unless every rank holds rank 0's parameters and statistics bit for bit:
+    rank 0 names the tensors that differ and on how many ranks (every rank exits with code 1)."""
     if world_size() == 1:
         return
-    tensors = [t for module in modules for t in module.state_dict().values()]
-    state = torch.cat([t.flatten().double().cpu() for t in tensors])
+    named = {
+        **agent.state_dict(),
+        **{f"reward_rms.{k}": v for k, v in reward_rms.state_dict().items()},
+    }
+    state = torch.cat([t.flatten().double().cpu() for t in named.values()])
     reference = state.clone()
     dist.broadcast(reference, src=0)
-    differ = all_reduce_mean(torch.tensor(float(not torch.equal(state, reference))))  # all see it
-    if differ > 0:
-        raise RuntimeError(f"parameters out of sync: {differ:.0%} of the ranks differ from rank 0")
+    sizes = [t.numel() for t in named.values()]
+    differs = [
+        float(not torch.equal(a, b)) for a, b in zip(state.split(sizes), reference.split(sizes))
+    ]
+    per_tensor = torch.tensor(differs + [float(any(differs))])
+    dist.all_reduce(per_tensor)  # the number of ranks on which each differs; last: any
+    if per_tensor[-1] > 0:
+        names = [name for name, count in zip(named, per_tensor) if count > 0]
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        fail(f"parameters out of sync: {int(per_tensor[-1])} of {world_size()} ranks differ from "
+             f"rank 0 in {', '.join(names[:3])}{more}")  # fmt: skip
     print(f"parameters in sync across {world_size()} ranks", flush=True)
 
 
@@ -514,7 +534,7 @@ def train(args: Args) -> dict[str, float]:
     init_distributed(args)  # Distributed: one process per rank (torchrun), or alone
     is_main = rank() == 0  # rank 0 alone does the run's I/O: logs, checkpoints, evaluation, video
     plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
-    torch.manual_seed(args.seed + rank())  # each rank its own noise; DDP copies rank 0's weights
+    torch.manual_seed(args.seed + rank())  # each rank its own noise; rank 0's weights: below
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
     torch.backends.cudnn.deterministic = args.torch_deterministic
@@ -530,7 +550,9 @@ def train(args: Args) -> dict[str, float]:
     if ckpt is not None:  # Harness: resume the saved state and progress
         progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
     wrap = dist.is_initialized() and args.ddp  # Distributed: DDP, or by hand (--no-ddp)
-    ddp_agent = DDP(agent) if wrap else agent  # buffers alike: broadcast no-op
+    ddp_agent = DDP(agent) if wrap else agent  # DDP copies rank 0's weights to every rank
+    if dist.is_initialized() and not wrap:  # --no-ddp: so do we
+        broadcast_from_rank_0(agent)
     run = {"writer": None, "checkpoint": "", "dir": ""}  # Harness: rank 0's, below; none else
     run = start_run(args, plan, can_film) if is_main else run
     state = {"agent": agent, "optimizers": optimizers, "reward_rms": reward_rms, "args": args,
@@ -970,6 +992,13 @@ def run_guard(run: dict, args: Args):
         if isinstance(e, BrokenPipeError):
             raise
         fail(write_error(e, e.filename or run["dir"]))
+    except RuntimeError as e:  # Distributed: a collective whose peer has gone (killed, no memory)
+        if not re.search(r"gloo|NCCL|[Cc]onnection", str(e)):  # a collective's error, or not
+            raise
+        why = re.sub(r"^\[[^\]]*\] ", "", str(e)).split(". ")[0]  # gloo's: "Read error ...: ..."
+        last = run["checkpoint"] if os.path.exists(run["checkpoint"]) else "<run>/checkpoint.pt"
+        who = "error" if rank() == 0 else f"error (rank {rank()})"
+        raise SystemExit(f"{who}: another rank died ({why}); resume with: {resume_command(last)}")
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -1197,7 +1226,8 @@ class EnvPoolVectorEnv:
         envpool = importlib.import_module("envpool")
         if env_id not in envpool.list_all_envs():  # its version too: Hopper-v4 is not Hopper-v5
             fail(f"EnvPool has no {env_id} (envpool.list_all_envs()): use --env-backend gymnasium")
-        self.make = functools.partial(envpool.make_gymnasium, env_id, num_envs=num_envs, **kwargs)
+        make = envpool.make_gymnasium  # one thread: a second gains 2 % (benchmarks/README.md)
+        self.make = functools.partial(make, env_id, num_envs=num_envs, num_threads=1, **kwargs)
         self.num_envs, self.pool = num_envs, self.make()
         self.single_observation_space = self.pool.observation_space
         self.single_action_space = self.pool.action_space

@@ -5,6 +5,8 @@ The end-to-end tests start real actor processes (spawn), so each costs a few sec
 """
 
 import contextlib
+import copy
+import dataclasses
 import glob
 import os
 import re
@@ -138,6 +140,115 @@ def test_soft_update_and_lr_factors():
     assert appo.adapt_learning_rate(1e-3, kl=0.001, desired_kl=0.01, increase=1.2) == pytest.approx(
         1.2e-3
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Seams: the learner's weights -> the actors; an actor's raw rollout -> the learner's batch
+# ---------------------------------------------------------------------------------------------
+class RecordingPipe:
+    """An actor's pipe, on the learner's side, that keeps every rollout it delivers."""
+
+    def __init__(self, conn, log: list):
+        self.conn, self.log = conn, log
+
+    def recv(self):
+        self.log.append(self.conn.recv())
+        return self.log[-1]
+
+    def fileno(self):  # for multiprocessing.connection.wait
+        return self.conn.fileno()
+
+    def close(self):
+        self.conn.close()
+
+
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory):
+    """6 updates of one actor on CountsSteps (2 envs x 32 steps, an episode end every 5 steps),
+    with a target network that trails the learner (--tau 0.5): every rollout as the actor sent
+    it, the weights the learner published at each version (0: those the actors started with),
+    and what receive_rollouts made of each rollout, with the learner and target it had then."""
+    record = {"received": [], "published": {}, "batches": []}
+    start_actors, publish, receive = appo.start_actors, appo.publish, appo.receive_rollouts
+
+    def recording_start_actors(agent, global_step, args):
+        actors = start_actors(agent, global_step, args)
+        record["published"][actors["version"].value] = copy.deepcopy(agent.state_dict())
+        actors["conns"] = [RecordingPipe(conn, record["received"]) for conn in actors["conns"]]
+        return actors
+
+    def recording_publish(agent, target_agent, actors, iteration, args):
+        publish(agent, target_agent, actors, iteration, args)
+        record["published"][iteration] = copy.deepcopy(agent.state_dict())
+
+    def recording_receive(agent, target_agent, *rest):
+        rollout, lag = receive(agent, target_agent, *rest)
+        nets = copy.deepcopy(agent), copy.deepcopy(target_agent)
+        record["batches"].append((*nets, {k: v.clone() for k, v in rollout.items()}))
+        return rollout, lag
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(appo, "start_actors", recording_start_actors)
+        patch.setattr(appo, "publish", recording_publish)
+        patch.setattr(appo, "receive_rollouts", recording_receive)
+        args = small_args(appo, tmp_path_factory.mktemp("runs"), env_id="toy_envs:CountsSteps-v0")
+        args = dataclasses.replace(args, num_steps=32, total_timesteps=384, tau=0.5)
+        args = dataclasses.replace(args, learning_rate=3e-3, update_epochs=2)
+        appo.train(args)
+    return record, args
+
+
+def test_actors_act_with_the_weights_the_learner_published(recorded_run):
+    """The behaviour log-probs of each rollout are those of the weights published at the version
+    it says it acted with, recomputed here for its observations and actions; and the rollouts
+    of the run were fresh (lag 0) as well as one update old or more."""
+    record, args = recorded_run
+    lags, moved = set(), 0.0
+    for update, rollout in enumerate(record["received"]):  # update k received the k-th rollout
+        policy = appo.Agent(1, 1, args)
+        policy.load_state_dict(record["published"][rollout["version"]])
+        first = appo.Agent(1, 1, args)
+        first.load_state_dict(record["published"][0])
+        obs, actions = torch.as_tensor(rollout["obs"]), torch.as_tensor(rollout["actions"])
+        with torch.no_grad():
+            logprobs = policy.get_action_and_value(obs, actions)["logprobs"]
+            initial = first.get_action_and_value(obs, actions)["logprobs"]
+        torch.testing.assert_close(torch.as_tensor(rollout["logprobs"]), logprobs)
+        lags.add(update - rollout["version"])  # update k starts with version k published
+        moved = max(moved, (logprobs - initial).abs().max().item())
+    assert {0, 1} <= lags and moved > 1e-3  # not vacuous: the published policies differ
+
+
+def test_the_learner_scales_rewards_then_bootstraps_and_takes_the_target_s_ratio(recorded_run):
+    """From each rollout as the actor sent it: rewards divided by the std of all discounted
+    returns so far (clipped), then gamma * V(final_obs) added where a time limit cut the episode
+    (not scaled again); values and the bootstrap from the learner; the log-probs of IMPACT's ratio
+    from the target network, which here differs from the learner."""
+    record, args = recorded_run
+    discounted = []
+    for (agent, target, rollout), raw in zip(record["batches"], record["received"]):
+        discounted.append(raw["discounted"])
+        everything = np.concatenate(discounted, axis=None)
+        count = 1e-4 + everything.size  # RunningMeanStd's prior: count 1e-4, mean 0, var 1
+        mean = everything.sum() / count
+        var = (1e-4 * (1 + mean**2) + ((everything - mean) ** 2).sum()) / count
+        rewards = np.clip(raw["rewards"] / np.sqrt(var + 1e-8), -args.clip_reward, args.clip_reward)
+        cut = raw["truncated"] & ~raw["terminated"]
+        obs, actions = torch.as_tensor(raw["obs"]), torch.as_tensor(raw["actions"])
+        with torch.no_grad():
+            final_values = agent.get_value(torch.as_tensor(raw["final_obs"])).numpy()
+            rewards = rewards + cut * args.gamma * final_values
+            learner = agent.get_action_and_value(obs, actions)
+            targets = target.get_action_and_value(obs, actions)["logprobs"]
+            bootstrap = agent.get_value(torch.as_tensor(raw["next_obs"][0]))
+        assert cut.any()
+        np.testing.assert_allclose(rollout["rewards"], rewards, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(rollout["values"], learner["values"])
+        torch.testing.assert_close(rollout["bootstrap_values"], bootstrap)
+        torch.testing.assert_close(rollout["logprobs"], targets)
+        torch.testing.assert_close(rollout["behaviour_logprobs"], torch.as_tensor(raw["logprobs"]))
+    # Not vacuous: by the last update the target trails the learner (tau 0.5).
+    assert (learner["logprobs"] - targets).abs().max() > 1e-4
 
 
 # ---------------------------------------------------------------------------------------------
