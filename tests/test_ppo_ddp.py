@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import flags, torchrun
+from conftest import flags, read_events, torchrun
 
 import ppo_ddp
 
@@ -34,7 +34,7 @@ def test_without_a_process_group_the_helpers_are_the_identity():
     assert ppo_ddp.all_reduce_mean(torch.tensor(2.5)).item() == 2.5
     ppo_ddp.init_distributed(ppo_ddp.Args())  # no RANK in the environment: no process group
     assert ppo_ddp.rank() == 0 and ppo_ddp.world_size() == 1
-    ppo_ddp.check_in_sync(torch.nn.Linear(2, 2))  # nothing to compare with
+    ppo_ddp.check_in_sync(torch.nn.Linear(2, 2), ppo_ddp.RunningMeanStd())  # nothing to compare
 
 
 # The checks run in one torchrun job (each launch costs seconds); each prints its own verdict.
@@ -108,7 +108,7 @@ def manual_all_reduce(rank):
         assert abs(outcome[True][0][key] - outcome[False][0][key]) < 1e-5, key
     for with_ddp, by_hand in zip(outcome[True][1], outcome[False][1]):
         torch.testing.assert_close(with_ddp, by_hand)
-    ppo_ddp.check_in_sync(agent)  # both ranks hold the same parameters
+    ppo_ddp.check_in_sync(agent, ppo_ddp.RunningMeanStd())  # both ranks hold the same parameters
 
 
 dist.init_process_group("gloo")
@@ -276,17 +276,21 @@ ppo_ddp.train(tyro.cli(ppo_ddp.Args))
 """
 
 
-def test_forward_pass_around_ddp_is_caught_by_the_sync_check(tmp_path):
+def test_forward_pass_around_ddp_is_caught_by_the_sync_check_in_one_line(tmp_path):
     driver = tmp_path / "bypass_ddp.py"
     driver.write_text(BYPASS_DDP)
+    started = time.time()
     proc = torchrun(
         str(driver),
         *SMALL,
         *flags(total_timesteps=512, check_sync_every=1, log_dir=str(tmp_path)),
     )
     out, err = proc.communicate(timeout=180)
-    assert proc.returncode != 0
-    assert "parameters out of sync: 50% of the ranks differ from rank 0" in err
+    assert proc.returncode != 0 and time.time() - started < 60  # every rank gone
+    # Rank 0's line names what differs, in the state dict's order (the first three, then a count).
+    line = "error: parameters out of sync: 1 of 2 ranks differ from rank 0 in actor_logstd, actor_"
+    assert line in err and " more\n" in err
+    assert "[rank0]: Traceback" not in err and "[rank1]: Traceback" not in err
     assert "parameters in sync" not in out
 
 
@@ -316,12 +320,17 @@ def test_a_killed_rank_brings_the_job_down_without_hanging(tmp_path):
     os.kill(child_with_rank(proc.pid, 1), signal.SIGKILL)
     killed = time.time()
     try:
-        proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:  # a hang: do not leave the job behind
             proc.kill()
     assert proc.returncode != 0
     assert time.time() - killed < 30
+    # Rank 0 says it in one line, with the command that resumes the run (torchrun's own summary of
+    # the failed job follows it).
+    assert "error: another rank died (" in err, err[-3000:]
+    assert "); resume with: torchrun --nproc_per_node 2 ppo_ddp.py --resume " in err
+    assert "[rank0]: Traceback" not in err
 
 
 @pytest.fixture(scope="module")
@@ -367,6 +376,75 @@ def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(job, 
     for rank in (0, 1):
         assert f"rank {rank}: 0 gloo worker threads left" in out, err[-3000:]
     assert returncode == 0 or job == "sigterm_run"
+
+
+# ---------------------------------------------------------------------------------------------
+# Seams between the ranks: their own episodes, the same parameters; --ddp and --no-ddp alike
+# ---------------------------------------------------------------------------------------------
+# Each rank says with which seeds its envs start and what they observe first; the run itself is the
+# script's, as a user starts it (default seeds), and the process group ends as in its __main__.
+SEEDS_OF_EACH_RANK = """
+import sys, torch.distributed as dist, ppo_ddp
+original = ppo_ddp.start_episodes
+
+def start_episodes(envs, global_step, args, device):
+    carry = original(envs, global_step, args, device)
+    first = ",".join(f"{x:.6f}" for x in carry["obs"].flatten()[:8].tolist())
+    print(f"rank {ppo_ddp.rank()} first obs {first}", file=sys.__stdout__, flush=True)
+    return carry
+
+ppo_ddp.start_episodes = start_episodes
+try:
+    ppo_ddp.train(ppo_ddp.parse_args(sys.argv[1:]))
+finally:
+    dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module", params=["--ddp", "--no-ddp"])
+def default_two_rank_run(request, tmp_path_factory):
+    """2 iterations of 2 ranks x 2 envs x 64 steps, default seeds, checked every iteration."""
+    log_dir = tmp_path_factory.mktemp("runs")
+    driver = log_dir.parent / "seeds_of_each_rank.py"
+    driver.write_text(SEEDS_OF_EACH_RANK)
+    proc = torchrun(
+        str(driver), *SMALL, request.param, *flags(total_timesteps=512, check_sync_every=1),
+        "--log-dir", str(log_dir),
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    return request.param, out, log_dir
+
+
+def test_each_rank_steps_its_own_episodes_with_the_same_parameters(default_two_rank_run):
+    _, out, _ = default_two_rank_run
+    first = dict(re.findall(r"rank (\d) first obs (\S+)", out))
+    assert set(first) == {"0", "1"} and first["0"] != first["1"]  # other seeds, other episodes
+    assert out.count("parameters in sync across 2 ranks") == 2  # after each iteration
+
+
+@pytest.fixture(scope="module")
+def losses_of_both_modes(tmp_path_factory):
+    """Rank 0's losses of each iteration of the same job with --ddp and with --no-ddp."""
+    losses = {}
+    for mode in ("--ddp", "--no-ddp"):
+        log_dir = tmp_path_factory.mktemp("modes")
+        proc = torchrun("ppo_ddp.py", *SMALL, mode, *flags(total_timesteps=512, log_dir=log_dir))
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+        events = read_events(next(log_dir.iterdir()))
+        tags = ("losses/policy_loss", "losses/value_loss", "losses/approx_kl")
+        losses[mode] = {tag: [e.value for e in events.Scalars(tag)] for tag in tags}
+    return losses
+
+
+def test_ddp_and_the_gradients_averaged_by_hand_train_alike(losses_of_both_modes):
+    """From the same start (rank 0's weights on every rank) the two average the same gradients,
+    in another order of the sums: the same losses to float rounding, iteration after iteration."""
+    with_ddp, by_hand = losses_of_both_modes["--ddp"], losses_of_both_modes["--no-ddp"]
+    for tag, values in with_ddp.items():
+        assert len(values) == 2
+        np.testing.assert_allclose(by_hand[tag], values, rtol=1e-3, atol=1e-6, err_msg=tag)
 
 
 # ---------------------------------------------------------------------------------------------
