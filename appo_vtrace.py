@@ -872,25 +872,19 @@ def check_args(args: Args):
         fail("--cuda is set (typed, or saved in the resumed run) but torch sees no CUDA device")
     if args.track and importlib.util.find_spec("wandb") is None:
         fail("--track needs wandb: pip install -r requirements-extras.txt")
-    if args.eval_checkpoint is None:
-        make_writable(args.log_dir, "--log-dir")
-    if args.capture_video:
-        make_writable(args.video_dir, "--video-dir")
-
-
-def make_writable(path: str, flag_name: str):
-    """Made now, with a file in it (os.access says yes to root where a filesystem then refuses)."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        open(os.path.join(path, f".write-check-{os.getpid()}"), "w").close()
-        os.remove(os.path.join(path, f".write-check-{os.getpid()}"))
-    except OSError as e:
-        fail(f"{flag_name} {path}: cannot write there ({e.strerror})")
+    folders = {"--log-dir": args.log_dir} if args.eval_checkpoint is None else {}
+    folders.update({"--video-dir": args.video_dir} if args.capture_video else {})
+    for name, path in folders.items():  # made now, and written to: os.access says yes to root
+        try:
+            os.makedirs(path, exist_ok=True)
+            open(os.path.join(path, f".write-check-{os.getpid()}"), "w").close()
+            os.remove(os.path.join(path, f".write-check-{os.getpid()}"))
+        except OSError as e:
+            fail(f"{name} {path}: cannot write there ({e.strerror})")
 
 
 def plan_run(args: Args, ckpt: dict | None) -> dict:
-    """The iterations to run, in whole batches, never past --total-timesteps (a resume: from its
-    step, with the flags that shape the networks as saved)."""
+    """The iterations to run, in whole batches up to --total-timesteps (a resume: from its step)."""
     global_step = 0
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
@@ -935,10 +929,9 @@ def start_run(args: Args, plan: dict, can_film: bool) -> dict:
 
 
 def new_run_dir(args: Args) -> str:
-    """A folder of its own, made atomically (a run started in the same second as another gets -2,
-    -3, ...); a character other than a letter, digit, '.', '_' or '-' (':') becomes '_'."""
+    """A folder of its own, made atomically (-2, -3, ... for runs started in the same second)."""
     name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    base = os.path.join(args.log_dir, re.sub(r"[^\w.-]", "_", name))
+    base = os.path.join(args.log_dir, re.sub(r"[^\w.-]", "_", name))  # ':' and such become '_'
     for suffix in itertools.count(1):
         path = base if suffix == 1 else f"{base}-{suffix}"
         with contextlib.suppress(FileExistsError):
@@ -947,13 +940,11 @@ def new_run_dir(args: Args) -> str:
 
 
 def lock_run_dir(run_dir: str):
-    """Held while this process lives (the kernel drops it at any exit, SIGKILL included): a second
-    process in the same run directory (two --resume of one run) is refused in one line."""
-    file = open(os.path.join(run_dir, ".lock"), "a+")
+    """A second process in the run directory is refused; the kernel frees the lock at any exit."""
+    file = open(os.open(os.path.join(run_dir, ".lock"), os.O_RDWR | os.O_CREAT), "r+")
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        file.seek(0)
         fail(f"{run_dir} is in use by process {file.read().strip()}; wait for it, or stop it")
     file.truncate(0)
     print(os.getpid(), file=file, flush=True)
@@ -968,8 +959,7 @@ def run_dir_of(path: str) -> str:
 def make_writer(run_dir: str, args: Args) -> SummaryWriter:
     """TensorBoard writer of the run, with the settings as a table in its TEXT tab."""
     if args.track:  # Extra: W&B mirrors every TensorBoard tag; a resumed run goes on in its run
-        import wandb
-
+        wandb = importlib.import_module("wandb")
         # W&B's files: $WANDB_DIR or ./wandb (in the run directory it would sync its own copies)
         run_id = re.sub(r"[^A-Za-z0-9_-]", "-", os.path.basename(run_dir))[-64:]
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, id=run_id,
@@ -982,8 +972,7 @@ def make_writer(run_dir: str, args: Args) -> SummaryWriter:
 
 
 def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: dict) -> dict:
-    """The iteration's scalars to TensorBoard (with the last 10 episodes' mean return and length,
-    the speed and learning rate) and its progress line; returns what was written."""
+    """The iteration's scalars to TensorBoard and its progress line; returns what was written."""
     step = progress["global_step"]
     logged = dict(metrics)
     logged["charts/SPS"] = int((step - run["start_step"]) / (time.time() - run["start_time"]))
@@ -1005,10 +994,9 @@ def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: d
 
 
 def check_finite(run: dict, metrics: dict, agent, progress: dict):
-    """A diverged update (a NaN or inf loss, gradient norm or parameter) ends the run in one line,
-    before a checkpoint can hold it. (explained_variance is NaN for constant returns.)"""
+    """A NaN or inf loss, gradient norm or parameter ends the run in one line, before a save."""
     bad = [k for k, v in metrics.items() if k.startswith("losses/") and not math.isfinite(v)]
-    bad = [k for k in bad if k != "losses/explained_variance"]
+    bad = [k for k in bad if k != "losses/explained_variance"]  # NaN for constant returns
     bad += [name for name, p in agent.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         last = run["checkpoint"] if os.path.exists(run["checkpoint"]) else "none yet"
@@ -1017,9 +1005,8 @@ def check_finite(run: dict, metrics: dict, agent, progress: dict):
 
 
 def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
-    """After an iteration: every --eval-every iterations a deterministic evaluation, keeping the
-    best policy as best.pt; checkpoint.pt every --checkpoint-every, at the end and on a stop
-    (stop, or a signal that cut the evaluation short, which it returns)."""
+    """After an iteration: every --eval-every a deterministic evaluation (the best policy: best.pt);
+    checkpoint.pt every --checkpoint-every, at the end and on a stop (one in it too: returned)."""
     agent, args, progress = state["agent"], state["args"], state["progress"]
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
@@ -1039,8 +1026,7 @@ def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
 
 
 def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
-    """Evaluate the final policy deterministically; return the last iteration's metrics with it.
-    After a stop signal (also one in that evaluation) exit with code 128 + its number instead."""
+    """The last metrics with the final deterministic evaluation; after a signal, exit 128 + n."""
     agent, args, progress = state["agent"], state["args"], state["progress"]
     step, signals = progress["global_step"], run["signals"]
     if not stop:
@@ -1065,8 +1051,7 @@ def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
 def close_writer(run: dict, args: Args, video: str | None = None):
     run["writer"].close()
     if args.track:  # Extra: the final video to W&B too
-        import wandb
-
+        wandb = importlib.import_module("wandb")
         if video and os.path.exists(video):
             wandb.log({"eval/video": wandb.Video(video, format="mp4")})
         wandb.finish()
@@ -1079,10 +1064,9 @@ def resume_command(checkpoint_path: str) -> str:
 
 @contextlib.contextmanager
 def run_guard(run: dict, args: Args):
-    """Locks the run directory, opens its TensorBoard writer. Inside, a first SIGINT (Ctrl-C) or
-    SIGTERM (preemption) sets the yielded dict's "signum", checked between iterations and between
-    evaluation steps (a KeyboardInterrupt in TensorBoard's writer can hang its close()); a second
-    stops at once, without saving: exit code 128 + signal. A write error is one line."""
+    """Locks the run dir, opens its writer. A first SIGINT or SIGTERM sets the yielded "signum",
+    checked between iterations and evaluation steps (a KeyboardInterrupt in TensorBoard's writer can
+    hang its close()); a second stops at once, unsaved: exit 128 + n. A write error: one line."""
     stop, previous = {"signum": 0}, {}  # signal handlers can only be set on the main thread
     run["signals"], run["lock"] = stop, None
     if threading.current_thread() is threading.main_thread():
@@ -1128,8 +1112,7 @@ def write_error(e: OSError, where: str) -> str:
 
 
 def save_checkpoint(path: str, agent, target_agent, optimizers, reward_rms, args, progress):
-    """Atomic (a crash or a full disk leaves the last checkpoint as it was, and no .tmp), tensors
-    and plain values only; torch's generator is the run's only one (the envs reseed on resume)."""
+    """Atomic: a crash or full disk keeps the last one (no .tmp). Envs reseed: torch's RNG only."""
     state = {"script": SCRIPT_NAME, "env_id": args.env_id, "args": dataclasses.asdict(args),
              "obs_dim": agent.obs_rms.mean.shape[0], "act_dim": agent.actor_logstd.shape[0],
              "agent": agent.state_dict(), "reward_rms": reward_rms.state_dict(),
@@ -1196,8 +1179,7 @@ def resume_run(ckpt: dict, args: Args, agent, target_agent, optimizers, reward_r
 
 
 def init_from(agent, args: Args):
-    """--init-from: a new run from a checkpoint's networks and observation normalizer; its
-    optimizer, step count, schedule and reward scaler are not taken. The shapes must match."""
+    """--init-from: a checkpoint's networks and normalizer (not its optimizer, step or scaler)."""
     ckpt, path = load_checkpoint(args.init_from), args.init_from
     for name in ("actor_layers", "critic_layers"):
         saved = " ".join(map(str, ckpt["args"][name]))
@@ -1224,9 +1206,8 @@ def saved_args(ckpt: dict) -> Args:
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    """The command line in one pass: the saved settings of a --resume run (the env of an
-    --eval-checkpoint) are the defaults, so every flag typed wins, even one set back to its
-    default. --help shows the docstring's first line (tyro would join the rest's lines)."""
+    """One pass: a --resume run's saved settings (an --eval-checkpoint's env) are the defaults, so
+    every flag typed wins, even one set to its default. --help: the docstring's first line only."""
     paths = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     paths.add_argument("--resume")
     paths.add_argument("--eval-checkpoint")
@@ -1245,9 +1226,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 @torch.no_grad()
 def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict | None = None):
-    """The returns of --eval-episodes with the mean action, episode i on seed --seed +
-    EVAL_SEED_OFFSET + i, in waves of up to 16 envs (bounded memory; None if a signal in stop cut
-    it short), and the first episode's MP4: videos/name.mp4 (None without videos)."""
+    """Returns of --eval-episodes with the mean action (episode i on seed --seed + EVAL_SEED_OFFSET
+    + i) in waves of up to 16 envs (bounded memory; None if a signal cut them), videos/name.mp4."""
     device, seed, returns = agent.actor_logstd.device, args.seed + EVAL_SEED_OFFSET, []
     video, frames = videos and f"{videos}/{name}.mp4", []
     for first in range(0, args.eval_episodes, 16):
@@ -1272,11 +1252,8 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
             return None, video
         returns += wave.tolist()
     if video:
-        import imageio
-
-        print(f"recording evaluation video -> {video}", flush=True)
         os.makedirs(os.path.dirname(video), exist_ok=True)
-        imageio.mimsave(video, frames, fps=fps)
+        importlib.import_module("imageio").mimsave(video, frames, fps=fps)
         print(f"wrote {video}", flush=True)
     return np.array(returns), video
 
@@ -1296,8 +1273,7 @@ def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
 
 
 class CheckedEnv(gym.wrappers.FlattenObservation):
-    """Each env of make_envs: a Dict or Tuple observation flattened into one vector (by gymnasium's
-    FlattenObservation), Box actions, and a NaN or inf that the env returns in one line."""
+    """Each env of make_envs: observations flattened, Box actions, a NaN or inf: one line."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -1318,9 +1294,8 @@ class CheckedEnv(gym.wrappers.FlattenObservation):
 
 
 class EnvPoolVectorEnv:
-    """--env-backend envpool: EnvPool's C++ envs in make_envs's contract. EnvPool resets a finished
-    env on the step after (NEXT_STEP), keeps no final obs and fixes its seeds when the pool is
-    made: here a finished env is reset by id right after its last step, which goes to
+    """--env-backend envpool in make_envs's contract. EnvPool resets an env on the step after its
+    last (NEXT_STEP) and seeds at creation: here it is reset by id at once, its last obs kept in
     info["final_obs"], and reset(seed=s) makes a new pool, env i seeded s + i as in gymnasium."""
 
     def __init__(self, env_id: str, num_envs: int, **kwargs):
@@ -1353,9 +1328,8 @@ class EnvPoolVectorEnv:
 
 
 def start_mujoco(args: Args) -> bool:
-    """Before any env loads MuJoCo, its renderer (MUJOCO_GL): EGL, offscreen, without a screen;
-    none if its library cannot load. With --capture-video, a frame is rendered first; if that
-    fails, one line, and no video. Returns whether to film evaluations."""
+    """Before any env loads MuJoCo, its renderer (MUJOCO_GL): EGL without a screen, none if it fails
+    to load. Whether to film: --capture-video and a first frame rendered (if not, one line why)."""
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")
     error = rendering_error(args.env_id) if args.capture_video else None
@@ -1387,8 +1361,7 @@ def render_kwargs(env_id: str) -> dict:
 
 
 def rendering_error(env_id: str) -> str | None:
-    """Render one frame in a child process, with the MP4 writer's import; None if that works, else
-    why not (a failing GL library can fail again when collected, or take its process down)."""
+    """A frame rendered in a child (a failing GL library can kill its process): None, or why not."""
     probe = f"import os, sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
     probe += f"try:\n    import imageio_ffmpeg, gymnasium as gym, {SCRIPT_NAME} as script\n"
     probe += "    env = gym.make(sys.argv[1], **script.render_kwargs(sys.argv[1]))\n"

@@ -205,7 +205,7 @@ def test_eval_checkpoint_records_a_video(name, tmp_path, capsys):
     (video,) = videos.glob("*/eval_checkpoint_step256.mp4")
     assert video.stat().st_size > 1000
     out = capsys.readouterr().out
-    assert f"recording evaluation video -> {video}" in out and f"wrote {video}" in out
+    assert f"wrote {video}" in out
     assert re.search(r"Walker2d-v5: deterministic return -?[\d.]+ ± 0.0 over 1 episodes", out)
 
 
