@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 import torch
+import toy_envs
 from conftest import (
     BOOTSTRAP_RUN,
     CLEANRL_TAGS,
@@ -146,13 +147,17 @@ def test_soft_update_and_lr_factors():
 # Seams: the learner's weights -> the actors; an actor's raw rollout -> the learner's batch
 # ---------------------------------------------------------------------------------------------
 class RecordingPipe:
-    """An actor's pipe, on the learner's side, that keeps every rollout it delivers."""
+    """An actor's pipe, on the learner's side, that keeps every rollout it delivers; having got an
+    even rollout j, it waits until the actor has started rollout j + 1, which so acts with the
+    version before update j (toy_envs.LockstepCountsSteps)."""
 
-    def __init__(self, conn, log: list):
-        self.conn, self.log = conn, log
+    def __init__(self, conn, log: list, gate: str):
+        self.conn, self.log, self.gate = conn, log, gate
 
     def recv(self):
         self.log.append(self.conn.recv())
+        if len(self.log) % 2 == 1:
+            toy_envs.wait_for(os.path.join(self.gate, "started"), len(self.log))
         return self.log[-1]
 
     def fileno(self):  # for multiprocessing.connection.wait
@@ -162,24 +167,46 @@ class RecordingPipe:
         self.conn.close()
 
 
+class HeldLock:
+    """The weights' lock as publish sees it while the test's learner already holds the real one."""
+
+    def acquire(self, timeout=None):
+        return True
+
+    def release(self):
+        pass
+
+
 @pytest.fixture(scope="module")
 def recorded_run(tmp_path_factory):
-    """6 updates of one actor on CountsSteps (2 envs x 32 steps, an episode end every 5 steps),
-    with a target network that trails the learner (--tau 0.5): every rollout as the actor sent
-    it, the weights the learner published at each version (0: those the actors started with),
-    and what receive_rollouts made of each rollout, with the learner and target it had then."""
-    record = {"received": [], "published": {}, "batches": []}
+    """6 updates of one actor on CountsSteps (2 envs x 32 steps, an episode end every 5 steps)
+    in lockstep with the learner (versions 0, 0, 2, 2, 4, 4: lags 0, 1, 0, 1, 0, 1), with a
+    target network that trails the learner (--tau 0.5): every rollout as the actor sent it, the
+    weights the learner published at each version (0: those the actors started with), and what
+    receive_rollouts made of each rollout, with the learner and target it had then."""
+    record = {"received": [], "published": {}, "batches": [], "holds_lock": False}
     start_actors, publish, receive = appo.start_actors, appo.publish, appo.receive_rollouts
+    gate = str(tmp_path_factory.mktemp("lockstep"))
 
     def recording_start_actors(agent, global_step, args):
         actors = start_actors(agent, global_step, args)
         record["published"][actors["version"].value] = copy.deepcopy(agent.state_dict())
-        actors["conns"] = [RecordingPipe(conn, record["received"]) for conn in actors["conns"]]
+        conns = actors["conns"]
+        actors["conns"] = [RecordingPipe(conn, record["received"], gate) for conn in conns]
         return actors
 
     def recording_publish(agent, target_agent, actors, iteration, args):
-        publish(agent, target_agent, actors, iteration, args)
+        if record["holds_lock"]:  # publish under it, then let the waiting actor read the version
+            publish(agent, target_agent, {**actors, "lock": HeldLock()}, iteration, args)
+            actors["lock"].release()
+            record["holds_lock"] = False
+        else:
+            publish(agent, target_agent, actors, iteration, args)
         record["published"][iteration] = copy.deepcopy(agent.state_dict())
+        if iteration % 2 == 1:  # the actor, in rollout `iteration`, is to wait for the next one
+            actors["lock"].acquire()
+            record["holds_lock"] = True
+            toy_envs.write_number(os.path.join(gate, "locked"), iteration)
 
     def recording_receive(agent, target_agent, *rest):
         rollout, lag = receive(agent, target_agent, *rest)
@@ -188,10 +215,12 @@ def recorded_run(tmp_path_factory):
         return rollout, lag
 
     with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LOCKSTEP", gate)  # the spawned actor inherits it
         patch.setattr(appo, "start_actors", recording_start_actors)
         patch.setattr(appo, "publish", recording_publish)
         patch.setattr(appo, "receive_rollouts", recording_receive)
-        args = small_args(appo, tmp_path_factory.mktemp("runs"), env_id="toy_envs:CountsSteps-v0")
+        env_id = "toy_envs:LockstepCountsSteps-v0"
+        args = small_args(appo, tmp_path_factory.mktemp("runs"), env_id=env_id)
         args = dataclasses.replace(args, num_steps=32, total_timesteps=384, tau=0.5)
         args = dataclasses.replace(args, learning_rate=3e-3, update_epochs=2)
         appo.train(args)
@@ -201,7 +230,7 @@ def recorded_run(tmp_path_factory):
 def test_actors_act_with_the_weights_the_learner_published(recorded_run):
     """The behaviour log-probs of each rollout are those of the weights published at the version
     it says it acted with, recomputed here for its observations and actions; and the rollouts
-    of the run were fresh (lag 0) as well as one update old or more."""
+    of the run were fresh (lag 0) as well as one update old."""
     record, args = recorded_run
     lags, moved = set(), 0.0
     for update, rollout in enumerate(record["received"]):  # update k received the k-th rollout
@@ -216,7 +245,8 @@ def test_actors_act_with_the_weights_the_learner_published(recorded_run):
         torch.testing.assert_close(torch.as_tensor(rollout["logprobs"]), logprobs)
         lags.add(update - rollout["version"])  # update k starts with version k published
         moved = max(moved, (logprobs - initial).abs().max().item())
-    assert {0, 1} <= lags and moved > 1e-3  # not vacuous: the published policies differ
+    assert [rollout["version"] for rollout in record["received"]] == [0, 0, 2, 2, 4, 4]
+    assert lags == {0, 1} and moved > 1e-3  # not vacuous: the published policies differ
 
 
 def test_the_learner_scales_rewards_then_bootstraps_and_takes_the_target_s_ratio(recorded_run):

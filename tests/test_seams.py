@@ -14,7 +14,6 @@ own files.
 
 import copy
 import importlib
-import resource
 import signal
 import subprocess
 import sys
@@ -280,17 +279,24 @@ def saved_hopper_run(tmp_path_factory):
     return only_checkpoint(log_dir)
 
 
+# Its own peak: a fresh parent whose only child is the command (RUSAGE_CHILDREN of this pytest
+# worker would hold the peak of every child an earlier test ran).
+PEAK_OF_CHILD = """import resource, subprocess, sys
+code = subprocess.run(sys.argv[1:]).returncode
+print(f"peak KiB {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
+sys.exit(code)"""
+
+
 def test_memory_of_a_1000_episode_evaluation_does_not_grow_with_the_episodes(saved_hopper_run):
     """One env per episode held 1.4 GB for 1000 episodes; waves of 16 hold a few MB."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result = subprocess.run(
-        [sys.executable, "ppo_continuous.py", "--eval-checkpoint", saved_hopper_run,
-         "--eval-episodes", "1000"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", PEAK_OF_CHILD, sys.executable, "ppo_continuous.py",
+         "--eval-checkpoint", saved_hopper_run, "--eval-episodes", "1000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "over 1000 episodes" in result.stdout
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
-    assert before / 1024 < 600, "an earlier child of this process already used 600 MB"
+    peak_mb = int(result.stdout.rsplit("peak KiB ", 1)[1]) / 1024  # KiB on Linux
     assert peak_mb < 600, f"{peak_mb:.0f} MB"
 
 

@@ -1,9 +1,12 @@
 """Tiny environments for tests. Importing this module registers them with gymnasium, so spawned
 processes (appo_vtrace.py's actors) can make them by the id "toy_envs:AlwaysTruncates-v0"."""
 
+import contextlib
 import multiprocessing
+import os
 import subprocess
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -72,6 +75,49 @@ class CountsSteps(AlwaysTruncates):
 
 if "CountsSteps-v0" not in gym.registry:
     gym.register("CountsSteps-v0", entry_point=CountsSteps)
+
+
+def wait_for(path: str, at_least: int, timeout: float = 120.0):
+    """Until the number in the file reaches at_least (written by another process)."""
+    deadline = time.time() + timeout
+    while True:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            with open(path) as f:
+                if int(f.read()) >= at_least:
+                    return
+        if time.time() > deadline:
+            raise TimeoutError(f"{path} never reached {at_least}")
+        time.sleep(0.001)
+
+
+def write_number(path: str, number: int):
+    with open(f"{path}.tmp", "w") as f:
+        f.write(str(number))
+    os.replace(f"{path}.tmp", path)  # a reader never sees it half written
+
+
+class LockstepCountsSteps(CountsSteps):
+    """CountsSteps for one appo_vtrace actor of 2 envs x 32 steps, run in a fixed order with its
+    learner through files in $LOCKSTEP: rollout j acts with version j - 1 when j is odd (lag 1)
+    and with version j when j is even (lag 0). The first step of rollout j writes "started" = j
+    (the actor has read its version: the learner waits for it before updating on rollout j - 1);
+    the last step of an odd rollout j waits for "locked" = j, written once the learner holds the
+    weights' lock, so that the actor reads the version after update j."""
+
+    def step(self, action):
+        result = super().step(action)
+        if multiprocessing.parent_process() is None:  # the learner's evaluation: no actor here
+            return result
+        rollout, t = divmod(len(CountsSteps.log) - 1, 64)  # this step's rollout, its index in it
+        if t == 0 and rollout >= 1:
+            write_number(os.path.join(os.environ["LOCKSTEP"], "started"), rollout)
+        if t == 63 and rollout % 2 == 1:
+            wait_for(os.path.join(os.environ["LOCKSTEP"], "locked"), rollout)
+        return result
+
+
+if "LockstepCountsSteps-v0" not in gym.registry:
+    gym.register("LockstepCountsSteps-v0", entry_point=LockstepCountsSteps)
 
 
 class DictObservations(AlwaysTruncates):
