@@ -131,7 +131,7 @@ def table(rows: list[dict]) -> str:
     if experiments:
         defaults += [
             "",
-            "**Experiments** (flags changed: tuning and stress tests)",
+            "**Experiments** (flags changed: tuning, stress tests, the EnvPool backend)",
             "",
             f"| {HEADER} |",
             "|---|---|---|---|---|---|---|---|---|",
