@@ -3,6 +3,8 @@ each piece of resumed state round-tripped: tests that fail on a one-line bug in 
 
 Run once per script of the PPO family (ppo_continuous.py and the variants copied from it)."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -225,6 +227,42 @@ def test_dormant_fraction_against_hand_made_layers(script):
     assert script.dormant_fraction([h]) == 0.0
     silent = torch.tensor([[1.0, 0.0, 0.0, 1.0]]).repeat(2, 1)  # two units that never respond
     assert script.dormant_fraction([h, silent]) == 2 / 8  # the fraction of all hidden units
+
+
+def test_effective_rank_against_hand_made_features(script):
+    # k orthogonal feature directions of equal strength: k equal singular values, entropy log k,
+    # effective rank k; one direction: 1. Uneven strengths fall between (Roy & Vetterli 2007).
+    q, _ = torch.linalg.qr(torch.randn(32, 32, generator=torch.Generator().manual_seed(0)))
+    for k in (1, 4, 16):
+        assert script.effective_rank(3.0 * q[:, :k]) == pytest.approx(k)
+    uneven = q[:, :4] * torch.tensor([1.0, 1.0, 0.1, 0.1])
+    assert 2.0 < script.effective_rank(uneven) < 4.0
+    assert math.isnan(script.effective_rank(torch.full((4, 4), math.inf)))
+
+
+def test_explained_variance_against_hand_made_values(script):
+    """1 - Var(returns - values) / Var(returns): 1 for a perfect critic, 0 for one that predicts
+    the mean, negative for one that adds noise as large as the returns; NaN for constant returns."""
+    torch.manual_seed(0)
+    args = script.Args(norm_obs=False)
+    agent = script.Agent(3, 2, args)
+    obs, actions = torch.randn(64, 3), torch.randn(64, 2)
+    with torch.no_grad():
+        logprobs = agent.get_action_and_value(obs, actions)["logprobs"]
+    returns = torch.randn(64) * 3 + 1
+    noise = torch.randn(64)
+    noise = noise * returns.std() / noise.std()
+    cases = [(returns, 1.0), (torch.full((64,), returns.mean().item()), 0.0)]
+    cases += [(returns + noise, 1.0 - (noise.var() / returns.var()).item())]
+    for values, expected in cases:
+        batch = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values}
+        batch.update(advantages=torch.randn(64), returns=returns)
+        metrics = script.diagnostics(agent, batch, torch.ones(64), args)
+        assert metrics["losses/explained_variance"] == pytest.approx(expected, abs=1e-5)
+    batch["returns"] = torch.ones(64)
+    assert math.isnan(
+        script.diagnostics(agent, batch, torch.ones(64), args)["losses/explained_variance"]
+    )
 
 
 def test_diagnostics_counts_the_dead_units_of_every_hidden_layer(script):

@@ -423,6 +423,16 @@ def test_each_rank_steps_its_own_episodes_with_the_same_parameters(default_two_r
     assert out.count("parameters in sync across 2 ranks") == 2  # after each iteration
 
 
+def test_rank_0_logs_its_episodes_at_the_global_step(default_two_rank_run):
+    """An episode ends at the global step of its rollout step: every rank has stepped as far, so
+    the steps are multiples of 2 ranks x 2 envs, up to 512; episodes do end in the second half of
+    the second rollout (past step 384), which counting rank 0's own steps alone never reaches."""
+    _, _, log_dir = default_two_rank_run
+    steps = [e.step for e in read_events(next(log_dir.iterdir())).Scalars("charts/episodic_return")]
+    assert steps and all(step % 4 == 0 and 0 < step <= 512 for step in steps)
+    assert max(steps) > 384
+
+
 @pytest.fixture(scope="module")
 def losses_of_both_modes(tmp_path_factory):
     """Rank 0's losses of each iteration of the same job with --ddp and with --no-ddp."""

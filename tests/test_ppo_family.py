@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
+    ALL_SCRIPTS,
     BOOTSTRAP_RUN,
     CLEANRL_TAGS,
     ENV_ID,
@@ -126,6 +127,29 @@ def test_clipped_surrogate_matches_the_formula_and_stops_outside_the_range(name)
     assert leaving[:6].any() and leaving[6:].any()  # both sides of the range
     assert torch.all(grad[leaving] == 0)
     torch.testing.assert_close(grad[~leaving], (advantages * ratios)[~leaving] / len(ratios))
+
+
+# ppo_ddp.py normalizes once per update with the global batch's moments (tests/test_ppo_ddp.py).
+@pytest.mark.parametrize("name", [s for s in ALL_SCRIPTS if s != "ppo_ddp"])
+def test_normalized_advantages_leave_the_policy_loss_blind_to_their_scale_and_shift(name):
+    """With --norm-adv each minibatch's advantages are standardized (mean 0, std 1) inside the
+    loss: a -> 5 a + 3 leaves the policy loss as it was; without it the loss moves with them."""
+    script = importlib.import_module(name)
+    args = script.Args(norm_obs=False, norm_adv=True)
+    torch.manual_seed(0)
+    agent = script.Agent(3, 2, args)
+    obs, actions, advantages = torch.randn(12, 3), torch.randn(12, 2), torch.randn(12)
+    with torch.no_grad():
+        logprobs = agent.get_action_and_value(obs, actions)["logprobs"]
+    old_logprobs = logprobs - torch.linspace(-0.3, 0.3, 12)  # ratios on both sides of 1
+
+    def policy_loss(advantages, args):
+        terms = call_ppo_loss(script, agent, obs, actions, old_logprobs, advantages, args)[1]
+        return terms["policy_loss"]
+
+    torch.testing.assert_close(policy_loss(5 * advantages + 3, args), policy_loss(advantages, args))
+    plain = script.Args(norm_obs=False, norm_adv=False)
+    assert not torch.allclose(policy_loss(5 * advantages, plain), policy_loss(advantages, plain))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,6 +335,31 @@ def test_ppo_update_first_minibatch_reproduces_the_rollout_policy(ppo, monkeypat
         metrics, lr_scale = ppo.ppo_update(agent, optimizers, ppo.ppo_loss, batch, 1.0, args)
         assert (metrics["losses/ratio_dev_max"] > 1e-4) == moved, epochs
         assert lr_scale == 1.0  # no desired KL: the caller's schedule alone sets the lr
+
+
+def test_every_epoch_visits_each_sample_once_in_a_new_random_order(ppo, monkeypatch):
+    """Minibatches are a fresh random partition of the batch in every epoch: each epoch's
+    minibatches together hold every sample once, and neither the batch's own order nor the
+    previous epoch's order is kept (samples told apart by their actions)."""
+    agent, args, _, _, _, batch = toy_rollout_and_batch(
+        ppo, monkeypatch, num_minibatches=4, update_epochs=3
+    )
+    seen = []
+
+    def recording_loss(agent, mb, args, *rest):
+        seen.append(mb["actions"].clone())
+        return ppo.ppo_loss(agent, mb, args, *rest)
+
+    ppo.ppo_update(agent, ppo.make_optimizers(agent, args), recording_loss, batch, 1.0, args)
+    actions = batch["actions"]
+    assert len(actions) == 20 and len(seen) == 3 * 4
+    orders = []
+    for epoch in range(3):
+        rows = torch.cat(seen[4 * epoch : 4 * epoch + 4])
+        order = [int(torch.nonzero((actions == row).all(-1))[0, 0]) for row in rows]
+        assert sorted(order) == list(range(20)), epoch  # every sample once
+        orders.append(order)
+    assert orders[0] != list(range(20)) and orders[1] != orders[0] and orders[2] != orders[1]
 
 
 def test_ppo_update_applies_the_desired_kl_rule_after_every_minibatch(ppo, monkeypatch):

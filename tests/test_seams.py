@@ -13,7 +13,9 @@ own files.
 """
 
 import copy
+import dataclasses
 import importlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -226,6 +228,32 @@ def test_best_pt_holds_the_policy_and_the_return_of_the_best_periodic_evaluation
     assert again["eval/episodic_return"] == pytest.approx(best_return, abs=1e-3)
     # checkpoint.pt, the last one, knows the best so far: a resumed run keeps best.pt's bar.
     assert ppo.load_checkpoint(only_checkpoint(tmp_path))["best_eval"] == best["best_eval"]
+
+
+def test_a_resumed_run_starts_new_episodes_not_a_replay_of_its_start(ppo, tmp_path, monkeypatch):
+    """A run of 1 iteration, resumed for a second: the resumed envs start from other states than
+    the run's first start did (it would otherwise train twice on the same first episodes), and
+    the same resume again starts from the same ones (seeded)."""
+    recorders, make_envs = [], ppo.make_envs
+
+    def recording_make_envs(*args, **kwargs):
+        recorders.append(StepRecorder(make_envs(*args, **kwargs)))
+        return recorders[-1]
+
+    monkeypatch.setattr(ppo, "make_envs", recording_make_envs)
+    args = small_args(ppo, tmp_path, total_timesteps=128)
+    ppo.train(args)
+    first_start = recorders[0].first_obs
+    checkpoint = only_checkpoint(tmp_path)
+    shutil.copy(checkpoint, tmp_path / "after_iteration_1.pt")
+    starts = []
+    for _ in range(2):  # the same resume twice, from the checkpoint of iteration 1
+        shutil.copy(tmp_path / "after_iteration_1.pt", checkpoint)
+        recorders.clear()
+        ppo.train(dataclasses.replace(args, resume=checkpoint, total_timesteps=256))
+        starts.append(recorders[0].first_obs)
+    assert not np.allclose(starts[0], first_start)
+    np.testing.assert_array_equal(starts[0], starts[1])
 
 
 # ---------------------------------------------------------------------------------------------
