@@ -15,7 +15,7 @@ from conftest import ALL_SCRIPTS, ROOT, only_checkpoint, small_args
 pytest.importorskip("envpool")
 
 # MuJoCo 3.6.0 inside EnvPool and 4.0.0 here integrate these three alike to float rounding; Ant and
-# Humanoid drift apart within 10 to 20 steps (benchmarks/README.md).
+# Humanoid drift apart within 10 to 20 steps (README.md, EnvPool).
 SAME_DYNAMICS = ["Hopper-v5", "Walker2d-v5", "HalfCheetah-v5"]
 
 
@@ -43,7 +43,7 @@ def test_both_backends_step_the_same_episodes_from_the_same_state(env_id):
         np.testing.assert_allclose(o1, o0, atol=1e-8)
         np.testing.assert_allclose(r1, r0, rtol=1e-6, atol=1e-6)  # EnvPool's rewards: float32
         # One difference: an episode that ends unhealthy on the very step of its time limit is
-        # terminated and truncated in gymnasium, truncated only in EnvPool (benchmarks/README.md).
+        # terminated and truncated in gymnasium, truncated only in EnvPool (README.md, EnvPool).
         at_limit = te0 & tr0 & ~te1
         ends["terminal at the limit"] += at_limit.sum()
         assert (te1 | at_limit).tolist() == te0.tolist() and tr1.tolist() == tr0.tolist()
