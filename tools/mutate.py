@@ -14,9 +14,11 @@ A mutation that no fast test fails survived. The table goes to stdout as markdow
 """
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,12 +67,18 @@ def first_failure(folder: str, tests: list[str], workers: int) -> str | None:
         "no:cacheprovider",
     ]
     command += ["-n", str(workers), *tests]
-    result = subprocess.run(command, cwd=folder, capture_output=True, text=True)
-    failed = re.search(r"^(?:FAILED|ERROR) (\S+)", result.stdout, re.MULTILINE)
+    # A session of its own: -x stops pytest at the first failure, and a torchrun job that a
+    # stopped worker had started would run on into the next mutation's tests. Its group goes too.
+    proc = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    stdout, _ = proc.communicate()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    failed = re.search(r"^(?:FAILED|ERROR) (\S+)", stdout, re.MULTILINE)
     if failed:
         return failed.group(1)
-    if result.returncode not in (0, 5):  # 5: no tests collected
-        return f"pytest exit code {result.returncode}"
+    if proc.returncode not in (0, 5):  # 5: no tests collected
+        return f"pytest exit code {proc.returncode}"
     return None
 
 
