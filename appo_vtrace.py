@@ -101,6 +101,7 @@ class Args:
     optimizer: Literal["adam", "muon"] = "adam"  # muon: on the hidden weight matrices, Adam on rest
     weight_decay: float = 0.0  # decoupled, every group (AdamW, Muon): p -= lr * wd * p per step
     compile: bool = False  # torch.compile the loss computation of the update
+    asymmetric_critic: bool = True  # robots: the critic reads privileged_state where the env has it
 
     # Extras (0: off)
     bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
@@ -204,14 +205,21 @@ def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_std: float) -> n
 class Agent(nn.Module):
     """Gaussian actor with a state-independent log-std, a critic, and the observation normalizer."""
 
-    def __init__(self, obs_dim: int, act_dim: int, args: Args):
+    def __init__(self, obs_dim: int, act_dim: int, args: Args, actor_dim: int | None = None):
         super().__init__()
         self.norm_obs, self.clip_obs = args.norm_obs, args.clip_obs
-        self.obs_rms = RunningMeanStd((obs_dim,))
+        self.obs_rms = RunningMeanStd((obs_dim,))  # each input dimension its own mean and std
+        # Robots: obs is [state | privileged_state]. The actor reads state, what the deployed robot
+        # senses. The critic serves only in training, so it may read what only the simulator knows
+        # (asymmetric actor-critic, Pinto et al. 2018): better values, the same deployable policy.
+        self.actor_dim = obs_dim if actor_dim is None else actor_dim
+        privileged = args.asymmetric_critic and self.actor_dim < obs_dim
+        self.critic_cols = slice(self.actor_dim, None) if privileged else slice(0, self.actor_dim)
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
-        self.actor_mean = mlp(obs_dim, args.actor_layers, act_dim, out_std=0.01)
+        self.actor_mean = mlp(self.actor_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
-        self.critic = mlp(obs_dim, args.critic_layers, 1, out_std=1.0)
+        critic_dim = len(range(obs_dim)[self.critic_cols])
+        self.critic = mlp(critic_dim, args.critic_layers, 1, out_std=1.0)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         return [*self.actor_mean.parameters(), self.actor_logstd]
@@ -223,26 +231,29 @@ class Agent(nn.Module):
         return x.clamp(-self.clip_obs, self.clip_obs).to(obs.dtype)
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.normalize(obs)).squeeze(-1)
+        return self.critic(self.normalize(obs)[..., self.critic_cols]).squeeze(-1)
+
+    def mean_action(self, obs: torch.Tensor) -> torch.Tensor:  # evaluation's action, the export's
+        return self.actor_mean(self.normalize(obs)[..., : self.actor_dim])
 
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """The rollout's one call per step: actions drawn from the Gaussian policy. The actor
         alone: the log-probs and values of the whole rollout come after it, in one batched pass."""
-        mean = self.actor_mean(self.normalize(obs))
+        mean = self.mean_action(obs)
         return torch.normal(mean, self.actor_logstd.expand_as(mean).exp())
 
     def get_action_and_value(self, obs: torch.Tensor, actions: torch.Tensor):
         """A dict of [batch] tensors: the actions, their log-probs, the entropies, the values, and
         the Gaussian's means and std."""
         x = self.normalize(obs)
-        mean = self.actor_mean(x)
+        mean = self.actor_mean(x[..., : self.actor_dim])
         logstd = self.actor_logstd.expand_as(mean)
         std = logstd.exp()
         # The diagonal Gaussian's log-density and entropy written out: the same numbers as
         # torch.distributions.Normal, which costs more to build than these small networks.
         logprobs = (-0.5 * ((actions - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
         entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1)
-        values = self.critic(x).squeeze(-1)
+        values = self.critic(x[..., self.critic_cols]).squeeze(-1)
         return {"actions": actions, "logprobs": logprobs, "entropy": entropy, "values": values,
                 "means": mean, "std": std}  # fmt: skip
 
@@ -350,6 +361,8 @@ def soft_update(target: Agent, agent: Agent, tau: float):
 
 def start_episodes(envs, seed: int, args: Args, device) -> dict:
     """Reset the envs; returns what carries over from one rollout to the next: the last obs, the
+            for name, means in info.get("reward_terms", {}).items():  # robots: per-step means
+                writer.add_scalar(f"reward_terms/{name}", means[i], end)
     episodes' running sums and the (return, length) of every finished episode. (A resume starts
     fresh episodes.)"""
     first_obs, _ = envs.reset(seed=seed)
@@ -486,7 +499,8 @@ def actor_process(actor_id: int, args: Args, weights: dict, lock, version, conn,
     torch.manual_seed(seed + start_step)
     envs = make_envs(args.env_id, args.num_envs, args.env_backend)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
-    agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args)
+    act_dim = int(np.prod(envs.single_action_space.shape))
+    agent = Agent(obs_dim, act_dim, args, getattr(envs, "actor_dim", obs_dim))
     carry = start_episodes(envs, seed + start_step, args, torch.device("cpu"))
     learner = os.getppid()
     acted_with = -1  # the version of the weights this actor acts with
@@ -669,7 +683,8 @@ def train(args: Args) -> dict[str, float]:
     device = torch.device("cuda" if args.cuda else "cpu")
     envs = make_envs(args.env_id, 1, args.env_backend)  # a bad env id fails here, before the actors
     obs_dim = int(np.prod(envs.single_observation_space.shape))
-    agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args).to(device)
+    act_dim = int(np.prod(envs.single_action_space.shape))
+    agent = Agent(obs_dim, act_dim, args, getattr(envs, "actor_dim", obs_dim)).to(device)
     if args.init_from is not None:  # Harness: a new run from a checkpoint's weights
         init_from(agent, args)
     envs.close()
@@ -758,7 +773,7 @@ def bounds_loss(mean: torch.Tensor) -> torch.Tensor:
 def l2c2_loss(agent: Agent, obs: torch.Tensor, mean: torch.Tensor, noise: float) -> torch.Tensor:
     """L2C2 (Kobayashi 2022): mean ||mu(s + eps) - mu(s)||^2 / mean ||eps||^2 for uniform eps on
     the normalized observation; a Lipschitz-like penalty that makes the policy locally smooth."""
-    x = agent.normalize(obs)
+    x = agent.normalize(obs)[..., : agent.actor_dim]
     eps = (torch.rand_like(x) * 2.0 - 1.0) * noise
     change = ((agent.actor_mean(x + eps) - mean) ** 2).sum(-1).mean()
     return change / ((eps**2).sum(-1).mean() + 1e-8).detach()
@@ -801,7 +816,8 @@ def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> 
     outside = (ratios < 1 - low) | (ratios > 1 + high)
     new = agent.get_action_and_value(batch["obs"], batch["actions"])
     gain = (new["logprobs"] - batch["logprobs"]).exp() * batch["advantages"]
-    x, hidden = agent.normalize(batch["obs"][:4096]), []  # the actor's hidden activations
+    x = agent.normalize(batch["obs"][:4096])[:, : agent.actor_dim]  # the actor's input
+    hidden = []  # the actor's hidden activations
     for layer in agent.actor_mean[:-1]:
         x = layer(x)
         if isinstance(layer, nn.Tanh):
@@ -889,7 +905,7 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
             fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
-        for name in ("actor_layers", "critic_layers", "optimizer"):
+        for name in ("actor_layers", "critic_layers", "optimizer", "asymmetric_critic"):
             saved = ckpt["args"][name]
             if getattr(args, name) != saved:
                 fail(f"{flag(name)} cannot change on resume (saved: {saved})")
@@ -1115,6 +1131,7 @@ def save_checkpoint(path: str, agent, target_agent, optimizers, reward_rms, args
     """Atomic: a crash or full disk keeps the last one (no .tmp). Envs reseed: torch's RNG only."""
     state = {"script": SCRIPT_NAME, "env_id": args.env_id, "args": dataclasses.asdict(args),
              "obs_dim": agent.obs_rms.mean.shape[0], "act_dim": agent.actor_logstd.shape[0],
+             "actor_dim": agent.actor_dim,
              "agent": agent.state_dict(), "reward_rms": reward_rms.state_dict(),
              "target_agent": target_agent.state_dict(),
              "optimizers": [opt.state_dict() for opt in optimizers],
@@ -1238,7 +1255,7 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
         frames += [envs.envs[0].render()] if film else []
         wave, finished = np.zeros(n), np.zeros(n, dtype=bool)
         while not finished.all() and not (stop and stop["signum"]):
-            mean = agent.actor_mean(agent.normalize(to_tensor(obs, device)))
+            mean = agent.mean_action(to_tensor(obs, device))
             action = scale_action(mean.cpu().numpy(), envs.single_action_space)
             obs, reward, terminated, truncated, _ = envs.step(action)
             done = terminated | truncated
@@ -1261,7 +1278,7 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
 def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     """--eval-checkpoint: the saved policy's deterministic return; with --capture-video, filmed."""
     ckpt = load_checkpoint(args.eval_checkpoint)
-    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
+    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt), ckpt.get("actor_dim"))
     agent.load_state_dict(ckpt["agent"])
     videos = os.path.join(args.video_dir, os.path.basename(run_dir_of(args.eval_checkpoint)))
     args = dataclasses.replace(args, env_id=ckpt["env_id"])
@@ -1296,7 +1313,9 @@ class CheckedEnv(gym.wrappers.FlattenObservation):
 class EnvPoolVectorEnv:
     """--env-backend envpool in make_envs's contract. EnvPool resets an env on the step after its
     last (NEXT_STEP) and seeds at creation: here it is reset by id at once, its last obs kept in
-    info["final_obs"], and reset(seed=s) makes a new pool, env i seeded s + i as in gymnasium."""
+    info["final_obs"], and reset(seed=s) makes a new pool, env i seeded s + i as in gymnasium.
+    A robot's Dict obs is made [state | privileged_state] (actor_dim: state's size); at an episode's
+    end, info["reward_terms"] holds each reward term's mean per step."""
 
     def __init__(self, env_id: str, num_envs: int, **kwargs):
         if importlib.util.find_spec("envpool") is None:
@@ -1307,20 +1326,39 @@ class EnvPoolVectorEnv:
         make = envpool.make_gymnasium  # one thread: a second gains 2 % (benchmarks/README.md)
         self.make = functools.partial(make, env_id, num_envs=num_envs, num_threads=1, **kwargs)
         self.num_envs, self.pool = num_envs, self.make()
-        self.single_observation_space = self.pool.observation_space
-        self.single_action_space = self.pool.action_space
+        space, self.single_action_space = self.pool.observation_space, self.pool.action_space
+        names = sorted(space.keys()) if isinstance(space, gym.spaces.Dict) else None
+        self.keys = ["state", "privileged_state"][: len(names or [])]  # the actor's key first
+        parts = [space] if names is None else [space[key] for key in self.keys if key in names]
+        usable = names in (None, sorted(self.keys)) and all(len(p.shape) == 1 for p in parts)
+        if not (usable and isinstance(self.single_action_space, gym.spaces.Box)):
+            fail(f"EnvPool's {env_id} observes {space}, acts in {self.single_action_space}; "
+                 "scripts need a vector or Dict(state, privileged_state); Box actions")  # fmt: skip
+        self.actor_dim = parts[0].shape[0]  # Agent's actor reads these first columns
+        size = sum(part.shape[0] for part in parts)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,))
+
+    def flat(self, obs):
+        return np.concatenate([obs[key] for key in self.keys], -1) if self.keys else obs
 
     def reset(self, seed: int):
         self.pool.close()
         self.pool = self.make(seed=[(seed + i) % 2**31 for i in range(self.num_envs)])  # int32
-        return self.pool.reset()[0], {}
+        self.sums, self.length = {}, np.zeros(self.num_envs)
+        return self.flat(self.pool.reset()[0]), {}
 
     def step(self, actions: np.ndarray):
-        obs, rewards, terminated, truncated, _ = self.pool.step(actions)
-        info, done = {}, np.flatnonzero(terminated | truncated)
+        obs, rewards, terminated, truncated, raw = self.pool.step(actions)
+        obs, info, done = self.flat(obs), {}, np.flatnonzero(terminated | truncated)
+        self.length += 1
+        for key in (key for key in raw if key.startswith("reward_")):
+            self.sums[key[7:]] = self.sums.get(key[7:], 0.0) + raw[key]
         if done.size:  # SAME_STEP: the next episode's first obs in place, the last one kept
             info["final_obs"] = obs.copy()
-            obs[done] = self.pool.reset(env_id=done)[0]
+            obs[done] = self.flat(self.pool.reset(env_id=done)[0])
+            info["reward_terms"] = {name: sums / self.length for name, sums in self.sums.items()}
+            for sums in (*self.sums.values(), self.length):
+                sums[done] = 0
         return obs, rewards, terminated, truncated, info
 
     def close(self):

@@ -677,7 +677,7 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
             fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
-        for name in ("actor_layers", "critic_layers", "optimizer"):
+        for name in ("actor_layers", "critic_layers", "optimizer", "asymmetric_critic"):
             saved = ckpt["args"][name]
             if getattr(args, name) != saved:
                 fail(f"{flag(name)} cannot change on resume (saved: {saved})")
@@ -902,6 +902,7 @@ def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progre
     """Atomic: a crash or full disk keeps the last one (no .tmp). Envs reseed: torch's RNG only."""
     state = {"script": SCRIPT_NAME, "env_id": args.env_id, "args": dataclasses.asdict(args),
              "obs_dim": agent.obs_rms.mean.shape[0], "act_dim": agent.actor_logstd.shape[0],
+             "actor_dim": agent.actor_dim,
              "agent": agent.state_dict(), "reward_rms": reward_rms.state_dict(),
              "optimizers": [opt.state_dict() for opt in optimizers],
              "rng": {"torch": torch.get_rng_state()}, **progress}  # fmt: skip
@@ -1046,7 +1047,7 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
 def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     """--eval-checkpoint: the saved policy's deterministic return; with --capture-video, filmed."""
     ckpt = load_checkpoint(args.eval_checkpoint)
-    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
+    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt), ckpt.get("actor_dim"))
     agent.load_state_dict(ckpt["agent"])
     videos = os.path.join(args.video_dir, os.path.basename(run_dir_of(args.eval_checkpoint)))
     args = dataclasses.replace(args, env_id=ckpt["env_id"])

@@ -79,6 +79,7 @@ class Args:
     ent_coef: float = 0.0  # entropy bonus coefficient (0: none)
     vf_coef: float = 0.5  # value loss coefficient
     max_grad_norm: float = 0.5  # max gradient norm, applied to actor and critic separately
+    asymmetric_critic: bool = True  # robots: the critic reads privileged_state where the env has it
     target_kl: float | None = None  # stop the epochs of an update once approx_kl exceeds this
     actor_layers: tuple[int, ...] = (64, 64)  # hidden layer sizes of the actor MLP
     critic_layers: tuple[int, ...] = (64, 64)  # hidden layer sizes of the critic MLP
@@ -199,19 +200,31 @@ def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_std: float) -> n
 class Agent(nn.Module):
     """Gaussian actor with a state-independent log-std, a critic, and the observation normalizer."""
 
-    def __init__(self, obs_dim: int, act_dim: int, args: Args):
+    def __init__(self, obs_dim: int, act_dim: int, args: Args, actor_dim: int | None = None):
         super().__init__()
         self.norm_obs, self.clip_obs = args.norm_obs, args.clip_obs
-        self.obs_rms = RunningMeanStd((obs_dim,))
+        self.obs_rms = RunningMeanStd((obs_dim,))  # each input dimension its own mean and std
+        # Robots: obs is [state | privileged_state]. The actor reads state, what the deployed robot
+        # senses. The critic serves only in training, so it may read what only the simulator knows
+        # (asymmetric actor-critic, Pinto et al. 2018): better values, the same deployable policy.
+        self.actor_dim = obs_dim if actor_dim is None else actor_dim
+        privileged = args.asymmetric_critic and self.actor_dim < obs_dim
+        self.critic_cols = slice(self.actor_dim, None) if privileged else slice(0, self.actor_dim)
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
-        self.actor_mean = mlp(obs_dim, args.actor_layers, act_dim, out_std=0.01)
+        self.actor_mean = mlp(self.actor_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
-        self.critic = mlp(obs_dim, args.critic_layers, 1, out_std=1.0)
+        critic_dim = len(range(obs_dim)[self.critic_cols])
+        self.critic = mlp(critic_dim, args.critic_layers, 1, out_std=1.0)
         self.symmetric = args.symmetry == "network"
+        robot = {"state": self.actor_dim, "privileged_state": obs_dim - self.actor_dim}
+        self.obs_parts = robot if self.actor_dim < obs_dim else {}  # for flat_mirror
         if self.symmetric:  # mu(M_o s) = M_a mu(s), V(M_o s) = V(s), for every weight
             mirror_obs, mirror_act = make_mirror_fns(args.env_id)
-            self.actor_mean = Symmetrized(self.actor_mean, mirror_obs, mirror_act)
-            self.critic = Symmetrized(self.critic, mirror_obs, nn.Identity())
+            critic_in = ["privileged_state" if privileged else "state"]
+            actor_mirror = flat_mirror(mirror_obs, self.obs_parts, ["state"])
+            self.actor_mean = Symmetrized(self.actor_mean, actor_mirror, mirror_act)
+            critic_mirror = flat_mirror(mirror_obs, self.obs_parts, critic_in)
+            self.critic = Symmetrized(self.critic, critic_mirror, nn.Identity())
             # x @ |M_a| permutes the log-stds as M_a does the actions (a std has no sign).
             permutation = mirror_act(torch.eye(act_dim)).abs()
             self.register_buffer("logstd_permutation", permutation, persistent=False)
@@ -232,26 +245,29 @@ class Agent(nn.Module):
         return x.clamp(-self.clip_obs, self.clip_obs).to(obs.dtype)
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.normalize(obs)).squeeze(-1)
+        return self.critic(self.normalize(obs)[..., self.critic_cols]).squeeze(-1)
+
+    def mean_action(self, obs: torch.Tensor) -> torch.Tensor:  # evaluation's action, the export's
+        return self.actor_mean(self.normalize(obs)[..., : self.actor_dim])
 
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """The rollout's one call per step: actions drawn from the Gaussian policy. The actor
         alone: the log-probs and values of the whole rollout come after it, in one batched pass."""
-        mean = self.actor_mean(self.normalize(obs))
+        mean = self.mean_action(obs)
         return torch.normal(mean, self.logstd().expand_as(mean).exp())
 
     def get_action_and_value(self, obs: torch.Tensor, actions: torch.Tensor):
         """A dict of [batch] tensors: the actions, their log-probs, the entropies, the values, and
         the Gaussian's means and std."""
         x = self.normalize(obs)
-        mean = self.actor_mean(x)
+        mean = self.actor_mean(x[..., : self.actor_dim])
         logstd = self.logstd().expand_as(mean)
         std = logstd.exp()
         # The diagonal Gaussian's log-density and entropy written out: the same numbers as
         # torch.distributions.Normal, which costs more to build than these small networks.
         logprobs = (-0.5 * ((actions - mean) / std) ** 2 - logstd - LOG_SQRT_2PI).sum(-1)
         entropy = (0.5 + LOG_SQRT_2PI + logstd).sum(-1)
-        values = self.critic(x).squeeze(-1)
+        values = self.critic(x[..., self.critic_cols]).squeeze(-1)
         return {"actions": actions, "logprobs": logprobs, "entropy": entropy, "values": values,
                 "means": mean, "std": std}  # fmt: skip
 
@@ -338,11 +354,29 @@ MIRROR_MAPS = {  # env id: (observation blocks, action blocks)
 
 def make_mirror_fns(env_id: str):
     """(mirror_obs, mirror_act): each maps a tensor [..., dim] of raw observations or actions to
-    its mirror image."""
+    its mirror image; a robot's mirror_obs maps a dict of tensors keyed like its observation."""
     if env_id not in MIRROR_MAPS:
         fail(f"no mirror map for {env_id}; supported: {', '.join(MIRROR_MAPS)}")
     obs_blocks, act_blocks = MIRROR_MAPS[env_id]
+    if isinstance(obs_blocks, dict):  # a robot's: {"state": blocks, "privileged_state": blocks}
+        maps = {key: signed_permutation(blocks) for key, blocks in obs_blocks.items()}
+        mirror_obs = lambda obs: {key: maps[key](x) for key, x in obs.items()}  # noqa: E731
+        return mirror_obs, signed_permutation(act_blocks)
     return signed_permutation(obs_blocks), signed_permutation(act_blocks)
+
+
+def flat_mirror(mirror_obs, parts: dict, keys: list[str] | None = None):
+    """mirror_obs on the script's flat observation: a robot's parts side by side (parts: their
+    sizes), or the parts of `keys` only (an actor's or a critic's input); a vector's as it is."""
+    if not parts:
+        return mirror_obs
+    sizes = {key: parts[key] for key in keys or parts}
+    return functools.partial(mirror_parts, mirror_obs, sizes)
+
+
+def mirror_parts(mirror_obs, sizes: dict, x: torch.Tensor) -> torch.Tensor:
+    mirrored = mirror_obs(dict(zip(sizes, torch.split(x, list(sizes.values()), -1))))
+    return torch.cat([mirrored[key] for key in sizes], -1)
 
 
 # Algorithm ----------------------------------------------------------------------------------------
@@ -388,8 +422,8 @@ def symmetry_mse(mean: torch.Tensor, mirrored_mean: torch.Tensor, mirror_act) ->
 def symmetry_error(agent, obs: torch.Tensor, mirror_obs, mirror_act) -> float:
     """symmetry_mse of the actor mean over the states obs, for any agent with normalize and
     actor_mean (ppo_continuous.py's too, so a benchmark can compare plain and augmented PPO)."""
-    mean = agent.actor_mean(agent.normalize(obs))
-    mirrored_mean = agent.actor_mean(agent.normalize(mirror_obs(obs)))
+    mean = agent.mean_action(obs)
+    mirrored_mean = agent.mean_action(mirror_obs(obs))
     return symmetry_mse(mean, mirrored_mean, mirror_act).item()
 
 
@@ -491,6 +525,8 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
             end = step + (t + 1) * args.num_envs
             writer.add_scalar("charts/episodic_return", carry["return"][i], end)
             writer.add_scalar("charts/episodic_length", carry["length"][i], end)
+            for name, means in info.get("reward_terms", {}).items():  # robots: per-step means
+                writer.add_scalar(f"reward_terms/{name}", means[i], end)
         for key in ("return", "length", "discounted"):  # the next episodes start from 0
             carry[key][done] = 0
         # The obs returned for a finished episode is already the next one's reset obs: a truncated
@@ -523,6 +559,7 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
     """args.update_epochs passes of minibatch gradient steps over the flat batch, the normalizer
     frozen. Returns the logged statistics and the lr scale (the desired-KL rule changes it)."""
     mirror_obs, mirror_act = make_mirror_fns(args.env_id)  # looked up at call time: tests swap it
+    mirror_obs = flat_mirror(mirror_obs, agent.obs_parts)
     batch_size = batch["obs"].shape[0]
     minibatch_size = batch_size // args.num_minibatches
     old_std = agent.logstd().detach().exp()
@@ -605,7 +642,9 @@ def train(args: Args) -> dict[str, float]:
     envs = make_envs(args.env_id, args.num_envs, args.env_backend)
     mirror_obs, mirror_act = make_mirror_fns(args.env_id)  # no mirror map: fails before the run
     obs_dim = int(np.prod(envs.single_observation_space.shape))
-    agent = Agent(obs_dim, int(np.prod(envs.single_action_space.shape)), args).to(device)
+    act_dim = int(np.prod(envs.single_action_space.shape))
+    agent = Agent(obs_dim, act_dim, args, getattr(envs, "actor_dim", obs_dim)).to(device)
+    mirror_obs = flat_mirror(mirror_obs, agent.obs_parts)
     if args.init_from is not None:  # Harness: a new run from a checkpoint's weights
         init_from(agent, args)
     optimizers = make_optimizers(agent, args)
@@ -702,7 +741,7 @@ def bounds_loss(mean: torch.Tensor) -> torch.Tensor:
 def l2c2_loss(agent: Agent, obs: torch.Tensor, mean: torch.Tensor, noise: float) -> torch.Tensor:
     """L2C2 (Kobayashi 2022): mean ||mu(s + eps) - mu(s)||^2 / mean ||eps||^2 for uniform eps on
     the normalized observation; a Lipschitz-like penalty that makes the policy locally smooth."""
-    x = agent.normalize(obs)
+    x = agent.normalize(obs)[..., : agent.actor_dim]
     eps = (torch.rand_like(x) * 2.0 - 1.0) * noise
     change = ((agent.actor_mean(x + eps) - mean) ** 2).sum(-1).mean()
     return change / ((eps**2).sum(-1).mean() + 1e-8).detach()
@@ -745,7 +784,8 @@ def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> 
     outside = (ratios < 1 - low) | (ratios > 1 + high)
     new = agent.get_action_and_value(batch["obs"], batch["actions"])
     gain = (new["logprobs"] - batch["logprobs"]).exp() * batch["advantages"]
-    x, hidden = agent.normalize(batch["obs"][:4096]), []  # the actor's hidden activations
+    x = agent.normalize(batch["obs"][:4096])[:, : agent.actor_dim]  # the actor's input
+    hidden = []  # the actor's hidden activations
     for layer in agent.actor_mean[:-1]:
         x = layer(x)
         if isinstance(layer, nn.Tanh):
@@ -829,7 +869,7 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
             fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
-        for name in ("actor_layers", "critic_layers", "optimizer", "symmetry"):
+        for name in ("actor_layers", "critic_layers", "optimizer", "symmetry", "asymmetric_critic"):
             saved = ckpt["args"][name]
             if getattr(args, name) != saved:
                 fail(f"{flag(name)} cannot change on resume (saved: {saved})")
@@ -1054,6 +1094,7 @@ def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progre
     """Atomic: a crash or full disk keeps the last one (no .tmp). Envs reseed: torch's RNG only."""
     state = {"script": SCRIPT_NAME, "env_id": args.env_id, "args": dataclasses.asdict(args),
              "obs_dim": agent.obs_rms.mean.shape[0], "act_dim": agent.actor_logstd.shape[0],
+             "actor_dim": agent.actor_dim,
              "agent": agent.state_dict(), "reward_rms": reward_rms.state_dict(),
              "optimizers": [opt.state_dict() for opt in optimizers],
              "rng": {"torch": torch.get_rng_state()}, **progress}  # fmt: skip
@@ -1175,7 +1216,7 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
         frames += [envs.envs[0].render()] if film else []
         wave, finished = np.zeros(n), np.zeros(n, dtype=bool)
         while not finished.all() and not (stop and stop["signum"]):
-            mean = agent.actor_mean(agent.normalize(to_tensor(obs, device)))
+            mean = agent.mean_action(to_tensor(obs, device))
             action = scale_action(mean.cpu().numpy(), envs.single_action_space)
             obs, reward, terminated, truncated, _ = envs.step(action)
             done = terminated | truncated
@@ -1198,7 +1239,7 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
 def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     """--eval-checkpoint: the saved policy's deterministic return; with --capture-video, filmed."""
     ckpt = load_checkpoint(args.eval_checkpoint)
-    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt))
+    agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt), ckpt.get("actor_dim"))
     agent.load_state_dict(ckpt["agent"])
     videos = os.path.join(args.video_dir, os.path.basename(run_dir_of(args.eval_checkpoint)))
     args = dataclasses.replace(args, env_id=ckpt["env_id"])
@@ -1233,7 +1274,9 @@ class CheckedEnv(gym.wrappers.FlattenObservation):
 class EnvPoolVectorEnv:
     """--env-backend envpool in make_envs's contract. EnvPool resets an env on the step after its
     last (NEXT_STEP) and seeds at creation: here it is reset by id at once, its last obs kept in
-    info["final_obs"], and reset(seed=s) makes a new pool, env i seeded s + i as in gymnasium."""
+    info["final_obs"], and reset(seed=s) makes a new pool, env i seeded s + i as in gymnasium.
+    A robot's Dict obs is made [state | privileged_state] (actor_dim: state's size); at an episode's
+    end, info["reward_terms"] holds each reward term's mean per step."""
 
     def __init__(self, env_id: str, num_envs: int, **kwargs):
         if importlib.util.find_spec("envpool") is None:
@@ -1244,20 +1287,39 @@ class EnvPoolVectorEnv:
         make = envpool.make_gymnasium  # one thread: a second gains 2 % (benchmarks/README.md)
         self.make = functools.partial(make, env_id, num_envs=num_envs, num_threads=1, **kwargs)
         self.num_envs, self.pool = num_envs, self.make()
-        self.single_observation_space = self.pool.observation_space
-        self.single_action_space = self.pool.action_space
+        space, self.single_action_space = self.pool.observation_space, self.pool.action_space
+        names = sorted(space.keys()) if isinstance(space, gym.spaces.Dict) else None
+        self.keys = ["state", "privileged_state"][: len(names or [])]  # the actor's key first
+        parts = [space] if names is None else [space[key] for key in self.keys if key in names]
+        usable = names in (None, sorted(self.keys)) and all(len(p.shape) == 1 for p in parts)
+        if not (usable and isinstance(self.single_action_space, gym.spaces.Box)):
+            fail(f"EnvPool's {env_id} observes {space}, acts in {self.single_action_space}; "
+                 "scripts need a vector or Dict(state, privileged_state); Box actions")  # fmt: skip
+        self.actor_dim = parts[0].shape[0]  # Agent's actor reads these first columns
+        size = sum(part.shape[0] for part in parts)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,))
+
+    def flat(self, obs):
+        return np.concatenate([obs[key] for key in self.keys], -1) if self.keys else obs
 
     def reset(self, seed: int):
         self.pool.close()
         self.pool = self.make(seed=[(seed + i) % 2**31 for i in range(self.num_envs)])  # int32
-        return self.pool.reset()[0], {}
+        self.sums, self.length = {}, np.zeros(self.num_envs)
+        return self.flat(self.pool.reset()[0]), {}
 
     def step(self, actions: np.ndarray):
-        obs, rewards, terminated, truncated, _ = self.pool.step(actions)
-        info, done = {}, np.flatnonzero(terminated | truncated)
+        obs, rewards, terminated, truncated, raw = self.pool.step(actions)
+        obs, info, done = self.flat(obs), {}, np.flatnonzero(terminated | truncated)
+        self.length += 1
+        for key in (key for key in raw if key.startswith("reward_")):
+            self.sums[key[7:]] = self.sums.get(key[7:], 0.0) + raw[key]
         if done.size:  # SAME_STEP: the next episode's first obs in place, the last one kept
             info["final_obs"] = obs.copy()
-            obs[done] = self.pool.reset(env_id=done)[0]
+            obs[done] = self.flat(self.pool.reset(env_id=done)[0])
+            info["reward_terms"] = {name: sums / self.length for name, sums in self.sums.items()}
+            for sums in (*self.sums.values(), self.length):
+                sums[done] = 0
         return obs, rewards, terminated, truncated, info
 
     def close(self):
