@@ -1101,11 +1101,12 @@ class EnvPoolVectorEnv:
         parts = [space] if names is None else [space[key] for key in self.keys if key in names]
         usable = names in (None, sorted(self.keys)) and all(len(p.shape) == 1 for p in parts)
         if not (usable and isinstance(self.single_action_space, gym.spaces.Box)):
-            fail(f"EnvPool's {env_id} observes {space}, acts in {self.single_action_space}; "
-                 "scripts need a vector or Dict(state, privileged_state); Box actions")  # fmt: skip
+            acts = type(self.single_action_space).__name__
+            fail(f"EnvPool's {env_id} observes {names or space.shape}, acts in {acts}: the scripts "
+                 "need a vector or Dict(state, privileged_state), and Box actions")  # fmt: skip
         self.actor_dim = parts[0].shape[0]  # Agent's actor reads these first columns
         size = sum(part.shape[0] for part in parts)
-        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,))
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float64)
 
     def flat(self, obs):
         return np.concatenate([obs[key] for key in self.keys], -1) if self.keys else obs

@@ -3,7 +3,8 @@
 The graph is the deterministic policy, what evaluation sends to the env: normalize the observation
 with the saved statistics, clip it as in training, the actor's mean, clip to [-1, 1], scale to the
 env's action bounds. It has no critic and no exploration noise. Input "obs", float32 [batch,
-obs_dim]; output "action", float32 [batch, act_dim]; the batch size is dynamic.
+obs_dim]; output "action", float32 [batch, act_dim]; the batch size is dynamic. A robot's policy
+(EnvPool's Dict tasks) takes its `state` only, what the robot senses: obs_dim is the state's size.
 
     python tools/export_onnx.py runs/<run>/checkpoint.pt                # -> runs/<run>/policy.onnx
     python tools/export_onnx.py runs/<run>/best.pt --output best.onnx --check 10
@@ -57,7 +58,10 @@ class DeployedPolicy(nn.Module):
         self.register_buffer("span", torch.as_tensor(high - low, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        mean = self.agent.actor_mean(self.agent.normalize(obs))
+        # A robot's obs is the state alone: the privileged columns, which the actor never reads,
+        # are padded (the normalizer works column by column).
+        padding = self.agent.obs_rms.mean.shape[0] - obs.shape[-1]
+        mean = self.agent.mean_action(nn.functional.pad(obs, (0, padding)))
         action = mean.clamp(-1.0, 1.0)
         return self.low + (action + 1.0) * 0.5 * self.span
 
@@ -83,9 +87,11 @@ def load_policy(path: str):
     sys.path.insert(0, ROOT)
     module = importlib.import_module(script_of(path))
     ckpt = module.load_checkpoint(path)
-    agent = module.Agent(ckpt["obs_dim"], ckpt["act_dim"], module.saved_args(ckpt))
+    agent = module.Agent(
+        ckpt["obs_dim"], ckpt["act_dim"], module.saved_args(ckpt), ckpt.get("actor_dim")
+    )
     agent.load_state_dict(ckpt["agent"])
-    envs = module.make_envs(ckpt["env_id"], 1)
+    envs = module.make_envs(ckpt["env_id"], 1, ckpt["args"].get("env_backend", "gymnasium"))
     space = envs.single_action_space
     envs.close()
     return module, ckpt, DeployedPolicy(agent, space.low, space.high).eval()
@@ -94,7 +100,7 @@ def load_policy(path: str):
 def export(policy: DeployedPolicy, ckpt: dict, output: str):
     import onnx
 
-    obs = torch.zeros(2, ckpt["obs_dim"])
+    obs = torch.zeros(2, policy.agent.actor_dim)  # a robot's: its state only
     graph = io.BytesIO()  # in memory: the file is written once, below
     with warnings.catch_warnings():  # torch's notes on its exporters
         warnings.simplefilter("ignore")
@@ -106,7 +112,7 @@ def export(policy: DeployedPolicy, ckpt: dict, output: str):
     metadata = {
         "script": ckpt["script"],
         "env_id": ckpt["env_id"],
-        "obs_dim": ckpt["obs_dim"],
+        "obs_dim": policy.agent.actor_dim,
         "act_dim": ckpt["act_dim"],
         "action_low": policy.low.tolist(),
         "action_high": (policy.low + policy.span).tolist(),
@@ -137,7 +143,8 @@ def check(module, output: str, env_id: str, episodes: int, seed: int, backend: s
         obs, _ = envs.reset(seed=seed + first)
         wave, finished = np.zeros(n), np.zeros(n, dtype=bool)
         while not finished.all():
-            (action,) = session.run(None, {"obs": obs.astype(np.float32)})
+            state = obs[:, : session.get_inputs()[0].shape[1]]  # a robot's: the actor's columns
+            (action,) = session.run(None, {"obs": state.astype(np.float32)})
             obs, reward, terminated, truncated, _ = envs.step(action)
             wave += reward * ~finished
             finished |= terminated | truncated
