@@ -300,3 +300,71 @@ def test_the_mirror_image_reads_as_the_mirrored_observation(env_id):
     print(f"{env_id}: max |mirror_obs(o) - o_mirrored| {worst}, {contacts} foot contacts")
     assert max(worst.values()) < 1e-9, {k: np.flatnonzero(errors[k] > 1e-9) for k in KEYS}
     assert contacts > 0, "the check should include the feet's floor contacts"
+
+
+# ---------------------------------------------------------------------------------------------
+# The env: EnvPool's own observations
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_the_envs_observations_relate_as_the_maps_say(env_id):
+    """64 steps of 8 envs, random actions, sensor noise off. On the env's own observations: the
+    slots EnvPool fills with the same numbers (privileged_state starts with state, and its sensor
+    block repeats the gyro, gravity, local velocity, q - q0 and qvel) are equal, and stay equal
+    after mirroring; the last-action slots hold the action sent the step before (EnvPool writes
+    the observation, then updates last_act), and mirror as mirror_act does;
+    the command slots hold info["command"] and mirror to (v_x, -v_y, -yaw rate); the velocity
+    tracking errors the reward is made of, |command_xy - v_xy| and |command_yaw - gyro_z|, keep
+    their size."""
+    robot = ROBOTS[env_id]
+    mirror_obs, mirror_act = ps.make_mirror_fns(env_id)
+    env = envpool.make_gymnasium(env_id, num_envs=8, num_threads=1, seed=3, noise_level=0.0)
+    obs, _ = env.reset()
+    rng = np.random.default_rng(3)
+    done, stepped_before, previous = np.zeros(8, dtype=bool), np.zeros(8, dtype=bool), None
+    checked = 0
+    for _ in range(64):
+        action = rng.uniform(-1, 1, (8, 12))
+        stepped = ~done  # after an episode's end, that env's step is its reset
+        obs, _, terminated, truncated, info = env.step(action)
+        x = {k: t(obs[k]) for k in KEYS}
+        m = mirror_obs(x)
+        for o in (x, m):
+            state, privileged = o["state"], o["privileged_state"]
+            assert torch.equal(privileged[:, : robot.state_dim], state)
+            for p, s in robot.duplicates:
+                torch.testing.assert_close(privileged[:, p], state[:, s], rtol=0, atol=1e-12)
+        if previous is not None:
+            acted = stepped & stepped_before
+            assert torch.equal(x["state"][acted, robot.last_act], t(previous[acted]))
+            mirrored_action = mirror_act(t(previous))[acted]
+            assert torch.equal(m["state"][acted, robot.last_act], mirrored_action)
+            checked += int(acted.sum())
+        previous, stepped_before = action, stepped
+        command = t(info["command"])
+        assert torch.equal(x["state"][:, robot.command], command)
+        assert torch.equal(m["state"][:, robot.command], command * t([1, -1, -1]))
+        for o in (x, m):
+            linvel, gyro, cmd = o["state"][:, 0:3], o["state"][:, 3:6], o["state"][:, robot.command]
+            if o is x:
+                errors = ((cmd[:, :2] - linvel[:, :2]).norm(dim=1), (cmd[:, 2] - gyro[:, 2]).abs())
+            else:
+                torch.testing.assert_close((cmd[:, :2] - linvel[:, :2]).norm(dim=1), errors[0])
+                torch.testing.assert_close((cmd[:, 2] - gyro[:, 2]).abs(), errors[1])
+        done = terminated | truncated
+    env.close()
+    assert checked > 400
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_network_mode_on_a_robot_trains_an_exactly_symmetric_actor(env_id, tmp_path):
+    """One iteration of --symmetry network on EnvPool (4 envs x 32 steps): the policy that acts
+    next is symmetric on the whole batch, state's map with the action's, to float32's precision
+    (the symmetry error, a mean of squares, at most 1e-10)."""
+    args = ps.Args(
+        env_id=env_id, env_backend="envpool", symmetry="network", total_timesteps=128,
+        num_envs=4, num_steps=32, num_minibatches=2, update_epochs=1, eval_episodes=1,
+        log_dir=str(tmp_path),
+    )  # fmt: skip
+    metrics = ps.train(args)
+    assert metrics["charts/symmetry_error"] <= 1e-10
+    assert np.isfinite(metrics["losses/policy_loss"])
