@@ -399,6 +399,12 @@ MIRROR_MAPS = {  # env id: (observation blocks, action blocks)
         [BH_JOINTS],
     ),
 }
+# EnvPool's other names of the same tasks (envpool.list_all_envs()). Not the rough terrains: their
+# height fields are not mirror images of themselves.
+MIRROR_MAPS |= {
+    f"MuJoCoPlayground/{task}": MIRROR_MAPS[task]
+    for task in ("Go1JoystickFlatTerrain-v1", "BerkeleyHumanoidJoystickFlatTerrain-v1")
+}
 
 
 def make_mirror_fns(env_id: str):

@@ -6,7 +6,8 @@ The judges are the robots' own model and env, not the script's tables: the XML t
 (with the mujoco package: a mirrored configuration's bodies, feet and sensors read as the mirror
 image of the original's), and the env's observations (sensor noise off). The test's observation
 layout (observe) follows EnvPool's C++ (envpool/mujoco/playground/go1.h FillObs,
-berkeley_humanoid.h UpdateObs), and a test checks it against the env's own reset observations.
+berkeley_humanoid.h UpdateObs); the env's observations check what of it they can (the slots
+filled twice, the last action, the command).
 """
 
 import glob
@@ -300,6 +301,11 @@ def test_the_mirror_image_reads_as_the_mirrored_observation(env_id):
     print(f"{env_id}: max |mirror_obs(o) - o_mirrored| {worst}, {contacts} foot contacts")
     assert max(worst.values()) < 1e-9, {k: np.flatnonzero(errors[k] > 1e-9) for k in KEYS}
     assert contacts > 0, "the check should include the feet's floor contacts"
+
+
+def test_envpools_other_names_of_the_robot_tasks_have_the_same_maps():
+    for env_id in ENV_IDS:
+        assert ps.MIRROR_MAPS[f"MuJoCoPlayground/{env_id}"] is ps.MIRROR_MAPS[env_id]
 
 
 # ---------------------------------------------------------------------------------------------
