@@ -58,7 +58,8 @@ class Args:
     # Algorithm
     env_id: str = "Walker2d-v5"
     """an env with a mirror map (MIRROR_MAPS): Walker2d-v5, Ant-v5, Humanoid-v5, Swimmer-v5,
-    InvertedPendulum-v5 or InvertedDoublePendulum-v5"""
+    InvertedPendulum-v5, InvertedDoublePendulum-v5, or with --env-backend envpool
+    Go1JoystickFlatTerrain-v1 or BerkeleyHumanoidJoystickFlatTerrain-v1"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"  # envpool: C++ MuJoCo (README)
     total_timesteps: int = 1_000_000  # total environment steps (over all envs)
     learning_rate: float = 3e-4  # of the actor, and of the critic unless --critic-learning-rate
@@ -329,6 +330,46 @@ HUMANOID_JOINTS = (HUMANOID_SWAP, [-1, 1, -1] + [1] * 8 + [-1, -1, 1] * 2)
 HUMANOID_ACTIONS = (HUMANOID_SWAP, [1, -1, -1] + [1] * 8 + [-1, -1, 1] * 2)  # abdomen_y first
 HUMANOID_BODIES = [0, 1, 2, 6, 7, 8, 3, 4, 5, 11, 12, 9, 10]  # torso, lwaist, pelvis, legs, arms
 HUMANOID_SPATIAL = per_body(HUMANOID_BODIES, SPATIAL)
+# EnvPool's MuJoCo Playground robots: the layouts of envpool/mujoco/playground/go1.h (FillObs) and
+# berkeley_humanoid.h (UpdateObs), ports of mujoco_playground's locomotion/*/joystick.py _get_obs.
+# The reflection is by the plane y = 0 of the body frame (local velocities, gyro, gravity, the
+# accelerometer: the IMU site's frame) and of the world (global_angvel and the feet's linear
+# velocities, framelinvel/frameangvel sensors): POLAR or AXIAL in both. Joints as in the
+# gymnasium maps: an abduction/roll axis in the xz plane (S a = a) flips, a pitch axis (0 1 0)
+# keeps. The home keyframes (the default pose q0) are mirror images, so one map serves the joint
+# angles q - q0, velocities, actuator forces (hinge torques) and actions (ctrl = q0 + 0.5 a).
+COMMAND = (range(3), [1, -1, -1])  # (v_x, v_y, yaw rate) in the body frame: v_y polar, yaw axial
+IMU = [(range(3), POLAR), (range(3), AXIAL), (range(3), POLAR)]  # linvel, gyro, gravity
+# privileged_state's sensor block: gyro, accelerometer, gravity, local linvel, global angvel.
+SENSORS = [(range(3), s) for s in (AXIAL, POLAR, POLAR, POLAR, AXIAL)]
+SAME = [1]
+# Go1 (go1/xmls/go1_mjx_feetonly.xml): joints, actuators and feet FR, FL, RR, RL; each leg a hip
+# (abduction, axis x: flips), a thigh and a calf (axis y: keep). The mirror swaps FR <-> FL and
+# RR <-> RL. Not exactly symmetric: the IMU site sits 6.7 cm right of the midplane (y = -0.0666),
+# so the velocimeter and accelerometer read w x r of that offset, and the trunk's centre of mass is
+# 2 mm left; the map is the exact reflection of the rest.
+GO1_LEGS = [1, 0, 3, 2]
+GO1_JOINTS = per_body(GO1_LEGS, [-1, 1, 1])  # legs as per_body's bodies, 3 joints each
+GO1_FEET = (GO1_LEGS, SAME * 4)  # a per-foot scalar: contact, air time
+GO1_STATE = IMU + [GO1_JOINTS, GO1_JOINTS, GO1_JOINTS, COMMAND]  # q - q0, qvel, last action
+# privileged_state (123): state, sensors, q - q0, qvel, actuator_force, last contact, the feet's
+# world-frame velocities, air times, the force of xfrc_applied on the trunk (world frame), and the
+# push flag (EnvPool writes 0; Playground's steps_since_last_pert >= steps_until_next_pert).
+GO1_PRIVILEGED = GO1_STATE + SENSORS + [GO1_JOINTS] * 3
+GO1_PRIVILEGED += [GO1_FEET, per_body(GO1_LEGS, POLAR), GO1_FEET, (range(3), POLAR), ([0], SAME)]
+# Berkeley Humanoid (berkeley_humanoid/xmls/berkeley_humanoid_mjx_feetonly.xml): joints,
+# actuators and feet left (LL_*, l_foot) then right (LR_*, r_foot); each leg HR and HAA (axes
+# (+-0.707, 0, 0.707) at q = 0: flip), HFE, KFE, FFE (axis y: keep) and FAA (axis x: flips).
+BH_FEET = ([1, 0], SAME * 2)
+BH_JOINTS = per_body(BH_FEET[0], [-1, -1, 1, 1, 1, -1])
+# The gait clock: cos(phase_l), cos(phase_r), sin(phase_l), sin(phase_r); the mirrored robot's
+# left foot follows the right foot's phase (the feet_phase reward pairs phase_[foot] with foot).
+BH_PHASE = ([1, 0, 3, 2], SAME * 4)
+BH_STATE = IMU + [COMMAND, BH_JOINTS, BH_JOINTS, BH_JOINTS, BH_PHASE]  # 52
+# privileged_state (114): state, sensors, q - q0, qvel, root height qpos[2], actuator_force,
+# contacts, the feet's world-frame velocities, air times.
+BH_PRIVILEGED = BH_STATE + SENSORS + [BH_JOINTS, BH_JOINTS, ([0], SAME), BH_JOINTS]
+BH_PRIVILEGED += [BH_FEET, per_body(BH_FEET[0], POLAR), BH_FEET]
 MIRROR_MAPS = {  # env id: (observation blocks, action blocks)
     # x -> -x: the cart and the pole angles flip (the double pendulum's sines too, not cosines).
     "InvertedPendulum-v5": ([(range(4), [-1] * 4)], [([0], [-1])]),
@@ -349,6 +390,20 @@ MIRROR_MAPS = {  # env id: (observation blocks, action blocks)
         + [HUMANOID_SPATIAL, HUMANOID_JOINTS, HUMANOID_SPATIAL],
         [HUMANOID_ACTIONS],
     ),
+    "Go1JoystickFlatTerrain-v1": (
+        {"state": GO1_STATE, "privileged_state": GO1_PRIVILEGED},
+        [GO1_JOINTS],
+    ),
+    "BerkeleyHumanoidJoystickFlatTerrain-v1": (
+        {"state": BH_STATE, "privileged_state": BH_PRIVILEGED},
+        [BH_JOINTS],
+    ),
+}
+# EnvPool's other names of the same tasks (envpool.list_all_envs()). Not the rough terrains: their
+# height fields are not mirror images of themselves.
+MIRROR_MAPS |= {
+    f"MuJoCoPlayground/{task}": MIRROR_MAPS[task]
+    for task in ("Go1JoystickFlatTerrain-v1", "BerkeleyHumanoidJoystickFlatTerrain-v1")
 }
 
 
