@@ -361,8 +361,6 @@ def soft_update(target: Agent, agent: Agent, tau: float):
 
 def start_episodes(envs, seed: int, args: Args, device) -> dict:
     """Reset the envs; returns what carries over from one rollout to the next: the last obs, the
-            for name, means in info.get("reward_terms", {}).items():  # robots: per-step means
-                writer.add_scalar(f"reward_terms/{name}", means[i], end)
     episodes' running sums and the (return, length) of every finished episode. (A resume starts
     fresh episodes.)"""
     first_obs, _ = envs.reset(seed=seed)
@@ -398,8 +396,9 @@ def collect_rollout(agent, envs, carry: dict, args: Args) -> dict:
         carry["discounted"] = carry["discounted"] * args.gamma + rewards[t]
         discounted[t] = carry["discounted"]
         done = terminated[t] | truncated[t]
-        for i in np.flatnonzero(done):
-            carry["episodes"].append((carry["return"][i], carry["length"][i]))
+        for i in np.flatnonzero(done):  # robots: each reward term's mean per step, for the log
+            terms = {name: float(means[i]) for name, means in info.get("reward_terms", {}).items()}
+            carry["episodes"].append((carry["return"][i], carry["length"][i], terms))
         for key in ("return", "length", "discounted"):  # the next episodes start from 0
             carry[key][done] = 0
         # The obs returned for a finished episode is already the next one's reset obs: a truncated
@@ -615,10 +614,12 @@ def receive_rollouts(agent, target_agent, reward_rms, actors: dict, step: int, w
     metrics["losses/rho_p99"] = torch.quantile(rho.flatten().double(), 0.99).item()
     end = step + args.num_rollouts * args.num_envs * args.num_steps  # logged at the batch's end
     for ro in received:
-        for episode_return, length in ro["episodes"]:
+        for episode_return, length, terms in ro["episodes"]:
             actors["episodes"].append((episode_return, length))
             writer.add_scalar("charts/episodic_return", episode_return, end)
             writer.add_scalar("charts/episodic_length", length, end)
+            for name, mean in terms.items():
+                writer.add_scalar(f"reward_terms/{name}", mean, end)
     return rollout, metrics
 
 
