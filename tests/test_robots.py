@@ -7,6 +7,7 @@ of Go1JoystickFlatTerrain-v1."""
 import dataclasses
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -194,14 +195,19 @@ def test_the_export_takes_state_only_and_acts_as_evaluation(go1_run, tmp_path):
     assert returns[0] == returns[1], (exported.stdout, evaluated.stdout)
 
 
-@pytest.mark.parametrize("name", ALL_SCRIPTS)
-def test_an_envpool_task_the_scripts_cannot_use_is_one_line(name):
-    """Pixels and discrete actions (Pong), a board (Go): refused before anything runs."""
-    for env_id, shape in (("Pong-v5", "(4, 84, 84)"), ("Go13x13-v1", "(13, 13, 17)")):
-        result = subprocess.run(
-            [sys.executable, f"{name}.py", "--env-backend", "envpool", "--env-id", env_id],
-            cwd=ROOT, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert result.returncode == 1 and "Traceback" not in result.stderr
-        expected = f"error: EnvPool's {env_id} observes {shape}, acts in Discrete: the scripts"
-        assert result.stderr.startswith(expected), result.stderr
+def test_an_envpool_task_the_scripts_cannot_use_is_one_line():
+    """Pixels and discrete actions (Pong), a board (Go): refused before anything runs, in every
+    script's adapter, and as one line with exit code 1 on the command line."""
+    refused = {"Pong-v5": "(4, 84, 84)", "Go13x13-v1": "(13, 13, 17)"}
+    for name in ALL_SCRIPTS:
+        script = importlib.import_module(name)
+        for env_id, shape in refused.items():
+            expected = f"error: EnvPool's {env_id} observes {shape}, acts in Discrete: the scripts"
+            with pytest.raises(SystemExit, match=re.escape(expected)):
+                script.EnvPoolVectorEnv(env_id, 1)
+    result = subprocess.run(
+        [sys.executable, "ppo_continuous.py", "--env-backend", "envpool", "--env-id", "Pong-v5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stderr.startswith("error: EnvPool's Pong-v5 observes")
+    assert len(result.stderr.strip().splitlines()) == 1
