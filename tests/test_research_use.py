@@ -105,7 +105,7 @@ def test_sigterm_finishes_the_iteration_saves_and_exits_143(script, tmp_path, mo
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_second_signal_stops_at_once_with_its_exit_code(signum, tmp_path):
     ppo = importlib.import_module("ppo_continuous")
-    run = {"dir": str(tmp_path), "checkpoint": str(tmp_path / "checkpoint.pt")}
+    run = {"dir": str(tmp_path), "checkpoint": str(tmp_path / "checkpoint.pt"), "start_line": ""}
     with pytest.raises(SystemExit) as stopped:
         with ppo.run_guard(run, ppo.Args(log_dir=str(tmp_path))) as signals:
             signal.raise_signal(signum)  # must not raise: see test_ppo_family's Ctrl-C test

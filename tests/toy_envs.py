@@ -190,3 +190,27 @@ for name, entry_point, kwargs in [
 ]:
     if name not in gym.registry:
         gym.register(name, entry_point=entry_point, kwargs=kwargs)
+
+
+class UnboundedActions(AlwaysTruncates):
+    """AlwaysTruncates whose action Box has no bounds: (-inf, inf)."""
+
+    action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
+class ReshapesObservation(AlwaysTruncates):
+    """AlwaysTruncates whose observation, at step 3, has the shape (2,), not the (1,) it declares: a
+    custom env's bug."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        obs = np.zeros(2, np.float32) if self.t == 3 else obs
+        return obs, reward, terminated, truncated, info
+
+
+for name, entry_point in [
+    ("UnboundedActions-v0", UnboundedActions),
+    ("ReshapesObservation-v0", ReshapesObservation),
+]:
+    if name not in gym.registry:
+        gym.register(name, entry_point=entry_point)
