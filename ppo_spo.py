@@ -681,9 +681,8 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
         if ckpt["env_id"] != args.env_id:
             fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
         for name in ("actor_layers", "critic_layers", "optimizer"):
-            saved = ckpt["args"][name]
-            if getattr(args, name) != saved:
-                fail(f"{flag(name)} cannot change on resume (saved: {saved})")
+            if getattr(args, name) != ckpt["args"][name]:
+                fail(f"{flag(name)} cannot change on resume (saved: {ckpt['args'][name]})")
         global_step = ckpt["global_step"]
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
