@@ -204,7 +204,7 @@ def test_eval_checkpoint_records_a_video(name, tmp_path, capsys):
     assert video.stat().st_size > 1000
     out = capsys.readouterr().out
     assert f"wrote {video}" in out
-    assert re.search(r"Walker2d-v5: deterministic return -?[\d.]+ ± 0.0 over 1 episodes", out)
+    assert re.search(r"Walker2d-v5: deterministic return -?[\d.]+ ± 0.0 over 1 episode\n", out)
 
 
 # The lines of ppo_continuous.py's harness (banner to end) that each copy changes, where its
