@@ -43,7 +43,7 @@ def test_counts_and_seeds_beyond_int64_are_one_line(
     assert str(stopped.value.code).startswith(f"error: {message}")
 
 
-def test_the_largest_count_and_seed_start_a_run(tmp_path, capsys):
+def test_the_largest_count_and_seed_are_held(tmp_path, capsys):
     # 2**63 - 1 is accepted: TensorBoard's step, torch's seed and the ETA all hold it.
     ppo = importlib.import_module("ppo_continuous")
     args = small_args(ppo, tmp_path, total_timesteps=2**63 - 1, seed=2**63 - 1)
@@ -191,7 +191,7 @@ def test_one_process_of_ppo_ddp_says_1_rank_and_1_episode(tmp_path, capsys):
     assert "deterministic eval over 1 episode: " in out
 
 
-def test_every_script_says_1_episode(tmp_path, capsys):
+def test_eval_checkpoint_says_1_episode(tmp_path, capsys):
     ppo = importlib.import_module("ppo_continuous")
     ppo.train(small_args(ppo, tmp_path, total_timesteps=128))
     args = dataclasses.replace(ppo.Args(), eval_checkpoint=only_checkpoint(tmp_path))
