@@ -459,14 +459,17 @@ def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(job, 
 # Each rank says with which seeds its envs start and what they observe first; the run itself is the
 # script's, as a user starts it (default seeds), and the process group ends as in its __main__.
 SEEDS_OF_EACH_RANK = """
-import sys, torch, torch.distributed as dist, ppo_ddp
+import os, sys, torch, torch.distributed as dist, ppo_ddp
 original, normal = ppo_ddp.start_episodes, torch.normal
+
+def say(line):  # one write of the whole line: the ranks share torchrun's stdout, unbuffered
+    os.write(sys.__stdout__.fileno(), f"{line}\\n".encode())
 
 def noted_normal(mean, std):  # the action noise: the rollout's one draw per step
     sample = normal(mean, std)
     if not hasattr(noted_normal, "said"):
         noise = ",".join(f"{x:.6f}" for x in ((sample - mean) / std).flatten()[:6].tolist())
-        print(f"rank {ppo_ddp.rank()} first noise {noise}", file=sys.__stdout__, flush=True)
+        say(f"rank {ppo_ddp.rank()} first noise {noise}")
         noted_normal.said = True
     return sample
 
@@ -475,7 +478,7 @@ torch.normal = noted_normal
 def start_episodes(envs, global_step, args, device):
     carry = original(envs, global_step, args, device)
     first = ",".join(f"{x:.6f}" for x in carry["obs"].flatten()[:8].tolist())
-    print(f"rank {ppo_ddp.rank()} first obs {first}", file=sys.__stdout__, flush=True)
+    say(f"rank {ppo_ddp.rank()} first obs {first}")
     return carry
 
 ppo_ddp.start_episodes = start_episodes
