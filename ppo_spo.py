@@ -114,7 +114,7 @@ class Args:
     eval_episodes: int = 10  # episodes of every evaluation (final, --eval-every, --eval-checkpoint)
     capture_video: bool = False  # each evaluation's first episode as MP4 under {video_dir}/<run>
     video_dir: str = "videos"  # where --capture-video writes its MP4s (software rendering is slow)
-    track: bool = False  # also log to Weights & Biases (pip install wandb)
+    track: bool = False  # also log to Weights & Biases (pip install -r requirements-extras.txt)
     wandb_project_name: str = "single-file-rl"  # the W&B project of --track
     wandb_entity: str | None = None  # the W&B team or user of --track; None: your default
 
@@ -595,7 +595,7 @@ def dormant_fraction(activations: list[torch.Tensor], tau: float = 0.025) -> flo
     over its layer, is at most tau. Units that have stopped responding, which training rarely
     revives: another sign of lost plasticity."""
     scores = [h.abs().mean(0) / h.abs().mean().clamp_min(1e-12) for h in activations]
-    return torch.cat(scores).le(tau).float().mean().item()
+    return torch.cat(scores).le(tau).float().mean().item() if scores else 0.0  # a linear actor
 
 
 @torch.no_grad()
@@ -620,7 +620,7 @@ def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> 
         "losses/ratio_dev_max": (ratios - 1.0).abs().max().item(),
         "losses/ratio_outside_frac": outside.float().mean().item(),
         "charts/policy_gain": gain.mean().item(),
-        "charts/actor_effective_rank": effective_rank(hidden[-1]),  # of the last hidden layer
+        "charts/actor_effective_rank": effective_rank(x),  # the last layer's input: its features
         "charts/actor_dormant_fraction": dormant_fraction(hidden),
         "charts/policy_std": new["std"].mean().item(),
         "losses/explained_variance": (1 - unexplained).item() if var_y > 0 else math.nan,
@@ -653,6 +653,8 @@ def check_args(args: Args):
         value = getattr(args, name)
         if value is None:  # None: the flag's documented default applies
             continue
+        if isinstance(value, int) and value >= 2**63:  # torch's seed, TensorBoard's step: int64
+            fail(f"{flag(name)} must lie in [{int(name in positive)}, 2**63 - 1], got {value}")
         if not math.isfinite(value) or value < 0 or (value == 0 and name in positive):
             kind = "positive" if name in positive else ">= 0"
             fail(f"{flag(name)} must be {kind}, got {value}")
@@ -675,6 +677,8 @@ def check_args(args: Args):
     if args.track and importlib.util.find_spec("wandb") is None:
         fail("--track needs wandb: pip install -r requirements-extras.txt")
     folders = {"--log-dir": args.log_dir} if args.eval_checkpoint is None else {}
+    if args.resume is not None and os.path.exists(args.resume):  # it goes on in its own folder
+        folders = {"--resume": run_dir_of(args.resume)}
     folders.update({"--video-dir": args.video_dir} if args.capture_video else {})
     for name, path in folders.items():  # made now, and written to: os.access says yes to root
         try:
@@ -692,9 +696,8 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
         if ckpt["env_id"] != args.env_id:
             fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
         for name in ("actor_layers", "critic_layers", "optimizer", "asymmetric_critic"):
-            saved = ckpt["args"][name]
-            if getattr(args, name) != saved:
-                fail(f"{flag(name)} cannot change on resume (saved: {saved})")
+            if getattr(args, name) != ckpt["args"][name]:
+                fail(f"{flag(name)} cannot change on resume (saved: {ckpt['args'][name]})")
         global_step = ckpt["global_step"]
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
@@ -716,24 +719,24 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
 
 
 def start_run(args: Args, plan: dict, can_film: bool) -> dict:
-    """The run's directory (a resumed run keeps its own), video folder and clock; the start line."""
+    """The run's directory (a resume's own), video folder, clock, start line (run_guard says it)."""
     run_dir = run_dir_of(args.resume) if args.resume is not None else new_run_dir(args)
     run = {**plan, "dir": run_dir, "checkpoint": os.path.join(run_dir, "checkpoint.pt")}
     run["videos"] = os.path.join(args.video_dir, os.path.basename(run_dir)) if can_film else None
-    run["start_time"] = time.time()
+    run["start_time"], note = time.time(), ""
     if plan["end_step"] != args.total_timesteps and args.total_timesteps != Args.total_timesteps:
-        print(f"note: training to step {plan['end_step']}: --total-timesteps {args.total_timesteps}"
-              f" is not reached in whole batches of {plan['batch_size']}")  # fmt: skip
-    print(f"{args.env_id}: iterations {plan['first_iteration']}-{plan['last_iteration']} of "
-          f"{plan['batch_size']} steps ({args.num_envs} envs x {args.num_steps}) to step "
-          f"{plan['end_step']}; logging to {run_dir}")  # fmt: skip
+        note = f"note: training to step {plan['end_step']}: --total-timesteps "
+        note += f"{args.total_timesteps} is not reached in whole batches of {plan['batch_size']}\n"
+    run["start_line"] = (f"{note}{args.env_id}: iterations {plan['first_iteration']}-"
+        f"{plan['last_iteration']} of {plan['batch_size']} steps ({args.num_envs} envs x "
+        f"{args.num_steps}) to step {plan['end_step']}; logging to {run_dir}")  # fmt: skip
     return run
 
 
 def new_run_dir(args: Args) -> str:
     """A folder of its own, made atomically (-2, -3, ... for runs started in the same second)."""
     name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    base = os.path.join(args.log_dir, re.sub(r"[^\w.-]", "_", name))  # ':' and such become '_'
+    base = os.path.join(os.path.abspath(args.log_dir), re.sub(r"[^\w.-]", "_", name))  # ':' -> _
     for suffix in itertools.count(1):
         path = base if suffix == 1 else f"{base}-{suffix}"
         with contextlib.suppress(FileExistsError):
@@ -775,8 +778,7 @@ def make_writer(run_dir: str, args: Args) -> SummaryWriter:
 
 def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: dict) -> dict:
     """The iteration's scalars to TensorBoard and its progress line; returns what was written."""
-    step = progress["global_step"]
-    logged = dict(metrics)
+    step, logged = progress["global_step"], dict(metrics)
     logged["charts/SPS"] = int((step - run["start_step"]) / (time.time() - run["start_time"]))
     logged["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
     for key, value in logged.items():
@@ -788,9 +790,9 @@ def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: d
         logged["charts/episodic_length"] = float(np.mean([n for _, n in recent]))
         shown = f"{logged['charts/episodic_return']:.1f}"
     eta = (run["end_step"] - step) / max(logged["charts/SPS"], 1)
-    eta = f"{int(eta // 86400)}d {time.strftime('%H:%M:%S', time.gmtime(eta))}"
-    print(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
-          f"SPS {logged['charts/SPS']} | ETA {eta}", flush=True)  # fmt: skip
+    eta = f"{int(eta // 86400)}d {time.strftime('%H:%M:%S', time.gmtime(eta % 86400))}"
+    say(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
+        f"SPS {logged['charts/SPS']} | ETA {eta}")  # fmt: skip
     return logged
 
 
@@ -844,8 +846,8 @@ def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
     metrics = {**metrics, "eval/episodic_return": mean_return, "global_step": step}
     run["writer"].add_scalar("eval/episodic_return", mean_return, step)
     close_writer(run, args, video)
-    print(f"deterministic eval over {args.eval_episodes} episodes: {mean_return:.1f}; "
-          f"checkpoint: {run['checkpoint']}")  # fmt: skip
+    say(f"deterministic eval over {args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}: "
+        f"{mean_return:.1f}; checkpoint: {run['checkpoint']}")  # fmt: skip
     return metrics
 
 
@@ -865,9 +867,9 @@ def resume_command(checkpoint_path: str) -> str:
 
 @contextlib.contextmanager
 def run_guard(run: dict, args: Args):
-    """Locks the run dir, opens its writer. A first SIGINT or SIGTERM sets the yielded "signum",
-    checked between iterations and evaluation steps (a KeyboardInterrupt in TensorBoard's writer can
-    hang its close()); a second stops at once, unsaved: exit 128 + n. A write error: one line."""
+    """Locks the run dir, then says its start line, opens its writer. A first SIGINT or SIGTERM sets
+    "signum" (yielded), checked between iterations and evaluation steps (a KeyboardInterrupt in
+    TensorBoard's writer can hang its close()); a second stops at once, unsaved: exit 128 + n."""
     stop, previous = {"signum": 0}, {}  # signal handlers can only be set on the main thread
     run["signals"], run["lock"] = stop, None
     if threading.current_thread() is threading.main_thread():
@@ -876,22 +878,31 @@ def run_guard(run: dict, args: Args):
     thread_hook, threading.excepthook = threading.excepthook, quiet_write_errors
     try:
         if run["dir"]:  # ppo_ddp: rank 0's
-            run["lock"], run["writer"] = lock_run_dir(run["dir"]), make_writer(run["dir"], args)
+            run["lock"] = lock_run_dir(run["dir"])
+            say(run["start_line"])
+            run["writer"] = make_writer(run["dir"], args)
         yield stop
     except KeyboardInterrupt:  # the state may be half-updated, so none is saved
         last = run["checkpoint"] if os.path.exists(run["checkpoint"]) else "none yet"
         print(f"\nstopped at once, without saving; last checkpoint: {last}", file=sys.stderr)
         raise SystemExit(128 + (stop["signum"] or signal.SIGINT))
-    except OSError as e:  # TensorBoard's log or a video (BrokenPipeError: stdout, __main__'s)
-        if isinstance(e, BrokenPipeError):
-            raise
-        fail(write_error(e, e.filename or run["dir"]))
+    except OSError as e:  # TensorBoard's log or a video
+        fail(f"{(e.strerror or str(e)).lower()} while writing {e.filename or run['dir']}")
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         threading.excepthook = thread_hook
         if run["lock"]:  # now, not when collected: train() may run again in this process
             run["lock"].close()
+
+
+def say(line: str):
+    """A progress line. A closed stdout (`| head`) never ends a run: devnull then, said once."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print("note: stdout is closed; the run goes on without progress lines", file=sys.stderr)
 
 
 def on_signal(stop: dict, signum: int, frame):
@@ -906,10 +917,6 @@ def quiet_write_errors(hook_args):
     """No traceback when TensorBoard's writer thread dies of a write error: run_guard says it."""
     if not issubclass(hook_args.exc_type, OSError):
         threading.__excepthook__(hook_args)
-
-
-def write_error(e: OSError, where: str) -> str:
-    return f"{(e.strerror or str(e)).lower()} while writing {where}"
 
 
 def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progress: dict):
@@ -929,7 +936,7 @@ def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progre
     except OSError as e:
         with contextlib.suppress(OSError):
             os.remove(f"{path}.tmp")
-        fail(write_error(e, path))
+        fail(f"{(e.strerror or str(e)).lower()} while writing {path}")
 
 
 def load_checkpoint(path: str) -> dict:
@@ -1007,7 +1014,7 @@ def saved_args(ckpt: dict) -> Args:
 
 def parse_args(argv: list[str] | None = None) -> Args:
     """One pass: a --resume run's saved settings (an --eval-checkpoint's env) are the defaults, so
-    every flag typed wins, even one set to its default. --help: the docstring's first line only."""
+    every flag typed wins, even one set to its default. --help: the docstring's first line."""
     paths = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     paths.add_argument("--resume")
     paths.add_argument("--eval-checkpoint")
@@ -1018,7 +1025,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
         default.env_id, default.env_backend = saved["env_id"], saved.get("env_backend", "gymnasium")
     elif found.resume is not None:
         default = saved_args(load_checkpoint(found.resume))
-    args = tyro.cli(Args, args=argv, default=default, description=__doc__.splitlines()[0])
+    about = f"{__doc__.splitlines()[0]}\n{{None}}|FLOAT: a number, or None (the default it names)."
+    args = tyro.cli(Args, args=argv, default=default, description=about)
     if args.eval_checkpoint is not None and args.env_id != default.env_id:
         fail(f"{args.eval_checkpoint} holds a policy for {default.env_id}, not for {args.env_id}")
     return args
@@ -1054,7 +1062,7 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
     if video:
         os.makedirs(os.path.dirname(video), exist_ok=True)
         importlib.import_module("imageio").mimsave(video, frames, fps=fps)
-        print(f"wrote {video}", flush=True)
+        say(f"wrote {video}")
     return np.array(returns), video
 
 
@@ -1067,8 +1075,8 @@ def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     args = dataclasses.replace(args, env_id=ckpt["env_id"])
     name = f"eval_checkpoint_step{ckpt['global_step']}"
     returns, _ = evaluate(agent, args, videos if can_film else None, name)
-    print(f"{args.env_id}: deterministic return {returns.mean():.1f} ± {returns.std():.1f} over "
-          f"{len(returns)} episodes")  # fmt: skip
+    say(f"{args.env_id}: deterministic return {returns.mean():.1f} ± {returns.std():.1f} over "
+        f"{len(returns)} episode{'s' * (len(returns) != 1)}")  # fmt: skip
     return {"eval/episodic_return": float(returns.mean())}
 
 
@@ -1082,11 +1090,21 @@ class CheckedEnv(gym.wrappers.FlattenObservation):
         if not isinstance(self.action_space, gym.spaces.Box):
             fail(f"{env.spec.id} has a {type(env.action_space).__name__} action space; this "
                  "script needs Box (continuous) actions")  # fmt: skip
+        if not np.isfinite([self.action_space.low, self.action_space.high]).all():
+            fail(f"{env.spec.id}: its action Box has infinite bounds ({self.action_space}); they "
+                 "must be finite (actions are scaled to them), or wrap it to rescale")  # fmt: skip
         self.steps = 0
 
+    def observation(self, obs):  # reset()'s and step()'s, before flattening
+        space = self.env.observation_space
+        if isinstance(space, gym.spaces.Box) and np.shape(obs) != space.shape:
+            fail(f"{self.spec.id} returned an observation of shape {np.shape(obs)} at its step "
+                 f"{self.steps}; its observation space declares {space.shape}")  # fmt: skip
+        return super().observation(obs)
+
     def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
         self.steps += 1
+        obs, reward, terminated, truncated, info = super().step(action)
         if not (math.isfinite(reward) and np.isfinite(obs).all()):
             fail(f"{self.spec.id} returned a non-finite observation or reward at its step "
                  f"{self.steps} (reward {reward})")  # fmt: skip
@@ -1200,6 +1218,6 @@ if __name__ == "__main__":
         train(parse_args())
     except KeyboardInterrupt:  # Ctrl-C outside a run (start-up, --eval-checkpoint): nothing to save
         raise SystemExit(128 + signal.SIGINT)
-    except BrokenPipeError:  # `| head`: the reader has gone
+    except BrokenPipeError:  # `--help | head`: the reader has gone (a run's lines go through say)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1)

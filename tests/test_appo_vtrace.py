@@ -25,6 +25,7 @@ from conftest import (
     ROOT,
     assert_finite_metrics,
     flags,
+    only_checkpoint,
     read_events,
     run_script,
     small_args,
@@ -350,6 +351,66 @@ def test_checkpoint_round_trip_and_resume(short_run, tmp_path):
     assert resumed["global_step"] == 3072
     ckpt = appo.load_checkpoint(str(copy))
     assert ckpt["iteration"] == 6 and ckpt["args"]["num_envs"] == 2  # saved settings kept
+
+
+class KeepingPipe:
+    """An actor's pipe, on the learner's side, that keeps every rollout it delivers."""
+
+    def __init__(self, conn, log: list):
+        self.conn, self.log = conn, log
+
+    def recv(self):
+        self.log.append(self.conn.recv())
+        return self.log[-1]
+
+    def fileno(self):  # for multiprocessing.connection.wait
+        return self.conn.fileno()
+
+    def close(self):
+        self.conn.close()
+
+
+def test_actors_seed_apart_and_a_resume_goes_on_from_its_update(tmp_path, monkeypatch):
+    """--seed's help: env i of actor a starts on seed + a * num_envs + i (+ the step a resume
+    starts from), so no two actors play the same episodes. A resume goes on from the saved update:
+    the version the actors' weights carry (so the rollouts' versions and the policy lag do not
+    restart from 0), and the target network, learner and reward scaler the first update sees."""
+    log = tmp_path / "seeds.log"
+    monkeypatch.setenv("SEED_LOG", str(log))  # RecordsSeeds writes there in each actor
+    monkeypatch.setenv("SEED_PROCESSES", "3")  # and waits until all 3 actors have
+    args = small_args(appo, tmp_path, env_id="toy_envs:RecordsSeeds-v0", num_actors=3, seed=5)
+    args = dataclasses.replace(args, tau=0.5)  # a target that trails the learner
+    appo.train(dataclasses.replace(args, num_steps=16, total_timesteps=64))  # 2 updates of 32
+    blocks = sorted(sorted(seeds) for seeds in toy_envs.seeding_processes(str(log)).values())
+    assert blocks == [[5, 6], [7, 8], [9, 10]]
+    path = only_checkpoint(tmp_path)
+    ckpt = appo.load_checkpoint(path)
+    log.unlink()
+    received, seen = [], {}
+    start_actors, receive_rollouts = appo.start_actors, appo.receive_rollouts
+
+    def keeping_start_actors(agent, global_step, args):
+        actors = start_actors(agent, global_step, args)
+        seen["version"] = actors["version"].value
+        actors["conns"] = [KeepingPipe(conn, received) for conn in actors["conns"]]
+        return actors
+
+    def first_receive(agent, target_agent, reward_rms, *rest):
+        if "agent" not in seen:
+            seen.update(agent=copy.deepcopy(agent.state_dict()))
+            seen.update(target_agent=copy.deepcopy(target_agent.state_dict()))
+            seen.update(reward_rms=copy.deepcopy(reward_rms.state_dict()))
+        return receive_rollouts(agent, target_agent, reward_rms, *rest)
+
+    monkeypatch.setattr(appo, "start_actors", keeping_start_actors)
+    monkeypatch.setattr(appo, "receive_rollouts", first_receive)
+    appo.train(appo.parse_args(["--resume", path, "--total-timesteps", "128"]))
+    blocks = sorted(sorted(seeds) for seeds in toy_envs.seeding_processes(str(log)).values())
+    assert blocks == [[69, 70], [71, 72], [73, 74]]  # + step 64
+    assert seen["version"] == 2 and min(rollout["version"] for rollout in received) >= 2
+    for name in ("agent", "target_agent", "reward_rms"):
+        for key, value in ckpt[name].items():
+            assert torch.equal(seen[name][key], value), (name, key)
 
 
 def test_resume_with_another_batch_size_stops_at_total_timesteps(tmp_path, capsys):

@@ -3,11 +3,13 @@
 ppo_ddp.py runs here as a single process (no torchrun); tests/test_ppo_ddp.py covers two ranks.
 """
 
+import copy
 import importlib
 import os
 import re
 import signal
 
+import numpy as np
 import pytest
 import torch
 from conftest import flags, only_checkpoint, run_script, small_args
@@ -32,6 +34,67 @@ def test_resume_with_other_num_envs_and_flags_set_back_to_default(script, tmp_pa
     assert args.num_steps == 64 and args.env_id == "Walker2d-v5"  # the rest as saved
     # 4 envs x 64 steps = 256 per batch: steps 256 -> 768 are two iterations.
     assert script.train(args)["global_step"] == 768
+
+
+def test_a_resume_goes_on_from_every_value_its_checkpoint_holds(ppo, tmp_path, monkeypatch):
+    """The first resumed iteration starts where the saved run stopped: the agent (its normalizer
+    included), the optimizers' moments, the reward scaler, torch's generator, the step and the
+    learning-rate scale (the desired-KL rule's). A value a resume left behind would start over."""
+    ppo.train(small_args(ppo, tmp_path, anneal_lr=False, desired_kl=0.01))
+    path = only_checkpoint(tmp_path)
+    ckpt = ppo.load_checkpoint(path)
+    assert ckpt["lr_scale"] != 1.0  # not vacuous: the rule has moved it
+    seen, set_learning_rate, collect_rollout = {}, ppo.set_learning_rate, ppo.collect_rollout
+
+    def first_learning_rate(optimizers, scale):
+        if "optimizers" not in seen:
+            seen.update(optimizers=[copy.deepcopy(opt.state_dict()) for opt in optimizers])
+            seen["lr_scale"] = scale
+        set_learning_rate(optimizers, scale)
+
+    def first_rollout(agent, envs, reward_rms, carry, step, writer, args):
+        if "agent" not in seen:
+            seen.update(agent=copy.deepcopy(agent.state_dict()), step=step)
+            seen.update(reward_rms=copy.deepcopy(reward_rms.state_dict()))
+            seen["rng"] = torch.get_rng_state()
+        return collect_rollout(agent, envs, reward_rms, carry, step, writer, args)
+
+    monkeypatch.setattr(ppo, "set_learning_rate", first_learning_rate)
+    monkeypatch.setattr(ppo, "collect_rollout", first_rollout)
+    metrics = ppo.train(ppo.parse_args(["--resume", path, "--total-timesteps", "384"]))
+    assert seen["step"] == ckpt["global_step"] == 256 and metrics["global_step"] == 384
+    assert seen["lr_scale"] == ckpt["lr_scale"]
+    assert torch.equal(seen["rng"], ckpt["rng"]["torch"])
+    for name in ("agent", "reward_rms"):
+        assert seen[name].keys() == ckpt[name].keys()
+        for key, value in ckpt[name].items():
+            assert torch.equal(seen[name][key], value), (name, key)
+    for saved, resumed in zip(ckpt["optimizers"], seen["optimizers"], strict=True):
+        assert saved["state"].keys() == resumed["state"].keys() and saved["state"]
+        for index, moments in saved["state"].items():
+            for key, value in moments.items():
+                assert torch.equal(resumed["state"][index][key], value), (index, key)
+
+
+def test_best_pt_after_a_resume_is_replaced_only_by_a_better_evaluation(
+    script, tmp_path, monkeypatch
+):
+    """--eval-every keeps the best policy as best.pt; a resume remembers how good it was, so the
+    first evaluation after it replaces best.pt only if it beats the best made before."""
+    by_step = {128: 20.0, 256: 10.0, 384: 15.0, 512: 25.0}  # the evaluations' mean returns
+
+    def evaluate(agent, args, videos, name, stop=None):
+        return np.array([by_step.get(int(name.removeprefix("eval_step")), 0.0)]), None
+
+    monkeypatch.setattr(script, "evaluate", evaluate)
+    script.train(small_args(script, tmp_path, eval_every=1))
+    path = only_checkpoint(tmp_path)
+    best = os.path.join(os.path.dirname(path), "best.pt")
+    assert script.load_checkpoint(best)["global_step"] == 128
+    script.train(script.parse_args(["--resume", path, "--total-timesteps", "384"]))
+    assert script.load_checkpoint(best)["global_step"] == 128  # 15 does not beat 20
+    script.train(script.parse_args(["--resume", path, "--total-timesteps", "512"]))
+    assert script.load_checkpoint(best)["global_step"] == 512  # 25 does
 
 
 def test_a_saved_cuda_flag_can_be_turned_off(script, tmp_path):

@@ -96,6 +96,26 @@ def test_check_returns_what_eval_checkpoint_returns(trained, tmp_path):
     assert np.mean(returns) == pytest.approx(expected["eval/episodic_return"], rel=1e-6)
 
 
+def test_check_of_more_than_16_episodes_plays_the_eval_checkpoint_s_episodes(tmp_path):
+    """Beyond one wave of 16 envs, each wave starts where the last one's seeds ended: episode i
+    on seed --seed + EVAL_SEED_OFFSET + i, as the scripts' evaluation plays it. Episode by
+    episode, not a mean that two waves on the same seeds could still come near."""
+    script = importlib.import_module("ppo_continuous")
+    fields = dict(env_id="Hopper-v5", total_timesteps=128, num_envs=2, num_steps=64)
+    script.train(script.Args(eval_episodes=1, log_dir=str(tmp_path), **fields))
+    (path,) = tmp_path.glob("*/checkpoint.pt")
+    output = str(tmp_path / "policy.onnx")
+    export_onnx.main(export_onnx.Args(checkpoint=str(path), output=output))
+    returns = export_onnx.check(script, output, "Hopper-v5", 18, 3, "gymnasium")
+    ckpt = script.load_checkpoint(str(path))
+    agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt))
+    agent.load_state_dict(ckpt["agent"])
+    args = script.Args(env_id="Hopper-v5", eval_episodes=18, seed=3)
+    expected, _ = script.evaluate(agent, args, None, "unused")
+    assert len(returns) == 18 and len(set(returns)) == 18  # 18 episodes of their own
+    np.testing.assert_allclose(returns, expected, rtol=1e-5)
+
+
 def run_tool(*flags):
     return subprocess.run(
         [sys.executable, "tools/export_onnx.py", *flags],

@@ -111,9 +111,37 @@ def manual_all_reduce(rank):
     ppo_ddp.check_in_sync(agent, ppo_ddp.RunningMeanStd())  # both ranks hold the same parameters
 
 
+def target_kl_agreed(rank):
+    # --target-kl where the ranks' own KLs disagree: rank 0's is 1, rank 1's 0. Every rank stops
+    # after the epoch where their mean (0.5) passes the target, or goes on where it does not. The
+    # loss bypasses DDP, so a rank that stopped alone would not hang the other: the epochs counted.
+    gen = torch.Generator().manual_seed(rank)
+    obs, actions = torch.randn(64, 3, generator=gen), torch.randn(64, 2, generator=gen)
+    for target, epochs in ((0.4, 1), (0.6, 3)):
+        args = ppo_ddp.Args(num_minibatches=2, update_epochs=3, norm_obs=False, target_kl=target)
+        agent = ppo_ddp.Agent(3, 2, args)
+        with torch.no_grad():
+            out = agent.get_action_and_value(obs, actions)
+        batch = {"obs": obs, "actions": actions, "logprobs": out["logprobs"]}
+        batch.update(values=out["values"], means=out["means"], advantages=torch.randn(64))
+        batch["returns"] = torch.ones(64)
+        calls = []
+
+        def own_kl(wrapper, mb, args):
+            loss, terms, new = ppo_ddp.ppo_loss(wrapper.module, mb, args)
+            calls.append(1)
+            terms["approx_kl"] = torch.tensor(1.0 if rank == 0 else 0.0)
+            return loss, terms, new
+
+        wrapper = type("Wrapper", (), {"module": agent})()
+        optimizers = ppo_ddp.make_optimizers(agent, args)
+        ppo_ddp.ppo_update(wrapper, optimizers, own_kl, batch, 1.0, args)
+        assert len(calls) == epochs * 2, (target, len(calls))
+
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-for check in (all_moments, global_advantages, manual_all_reduce):
+for check in (all_moments, global_advantages, manual_all_reduce, target_kl_agreed):
     try:
         check(rank)
         print(f"rank {rank}: {check.__name__} passed", flush=True)
@@ -144,6 +172,10 @@ def test_advantages_are_normalized_with_the_global_batch(two_rank_checks):
 
 def test_no_ddp_averages_the_gradients_by_hand_as_ddp_does(two_rank_checks):
     assert two_rank_checks.count("manual_all_reduce passed") == 2, two_rank_checks
+
+
+def test_target_kl_stops_every_rank_at_the_same_epoch_on_the_mean_kl(two_rank_checks):
+    assert two_rank_checks.count("target_kl_agreed passed") == 2, two_rank_checks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,6 +365,23 @@ def test_a_killed_rank_brings_the_job_down_without_hanging(tmp_path):
     assert "[rank0]: Traceback" not in err
 
 
+def test_another_rank_s_death_is_said_before_the_teardown_that_torchrun_may_cut(capsys):
+    """torchrun SIGTERMs rank 0 once a rank has died, in either order with rank 0 noticing the
+    death itself. Once out of the run, SIGTERM's default action ends rank 0 at once: its line must
+    be out by then, not left in a SystemExit that Python prints at the very end (after the process
+    group's teardown)."""
+    run = {"writer": None, "checkpoint": "", "dir": ""}  # what a rank other than 0 has
+    with pytest.raises(SystemExit) as stopped:
+        with ppo_ddp.run_guard(run, ppo_ddp.Args()):
+            raise RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer. x")
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "error: another rank died (Connection closed by peer); resume with: python ppo_ddp.py "
+        "--resume <run>/checkpoint.pt\n"
+    )
+
+
 @pytest.fixture(scope="module")
 def sigterm_run(tmp_path_factory):
     """A 2-rank job stopped by SIGTERM (a cluster's preemption) after its second iteration:
@@ -366,6 +415,32 @@ def test_sigterm_stops_every_rank_at_the_same_iteration_and_saves(sigterm_run):
     )
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the worker through /proc")
+def test_sigterm_to_one_rank_alone_stops_every_rank_at_the_same_iteration(tmp_path):
+    """A node's agent, or `kill` of one pid: the SIGTERM reaches one rank. The ranks agree on the
+    stop all the same: rank 0 saves and prints the resume command; none waits for another."""
+    proc = torchrun(
+        "ppo_ddp.py", *SMALL, "--total-timesteps", "1000000", "--log-dir", str(tmp_path)
+    )
+    try:
+        deadline = time.time() + 120
+        while "iter 2/" not in proc.stdout.readline():
+            assert time.time() < deadline and proc.poll() is None
+        os.kill(child_with_rank(proc.pid, 1), signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # a hang: do not leave the job behind
+            proc.kill()
+    assert "SIGTERM: stopped at step " in err, err[-3000:]
+    assert "resume with: torchrun --nproc_per_node 2 ppo_ddp.py --resume " in err
+    assert "another rank died" not in err and "[rank0]: Traceback" not in err, err[-3000:]
+    assert "[rank1]: Traceback" not in err
+    ckpt = ppo_ddp.load_checkpoint(str(next(tmp_path.glob("*/checkpoint.pt"))))
+    global_batch = 2 * 2 * 64  # ranks x envs x steps (SMALL)
+    assert ckpt["global_step"] >= 2 * global_batch
+    assert ckpt["global_step"] == ckpt["iteration"] * global_batch
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="counts threads through /proc")
 @pytest.mark.parametrize("job", ["two_rank_run", "sigterm_run"])  # the end of a run, SIGTERM
 def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(job, request):
@@ -384,13 +459,26 @@ def test_destroy_process_group_stops_gloo_threads_even_during_a_collective(job, 
 # Each rank says with which seeds its envs start and what they observe first; the run itself is the
 # script's, as a user starts it (default seeds), and the process group ends as in its __main__.
 SEEDS_OF_EACH_RANK = """
-import sys, torch.distributed as dist, ppo_ddp
-original = ppo_ddp.start_episodes
+import os, sys, torch, torch.distributed as dist, ppo_ddp
+original, normal = ppo_ddp.start_episodes, torch.normal
+
+def say(line):  # one write of the whole line: the ranks share torchrun's stdout, unbuffered
+    os.write(sys.__stdout__.fileno(), f"{line}\\n".encode())
+
+def noted_normal(mean, std):  # the action noise: the rollout's one draw per step
+    sample = normal(mean, std)
+    if not hasattr(noted_normal, "said"):
+        noise = ",".join(f"{x:.6f}" for x in ((sample - mean) / std).flatten()[:6].tolist())
+        say(f"rank {ppo_ddp.rank()} first noise {noise}")
+        noted_normal.said = True
+    return sample
+
+torch.normal = noted_normal
 
 def start_episodes(envs, global_step, args, device):
     carry = original(envs, global_step, args, device)
     first = ",".join(f"{x:.6f}" for x in carry["obs"].flatten()[:8].tolist())
-    print(f"rank {ppo_ddp.rank()} first obs {first}", file=sys.__stdout__, flush=True)
+    say(f"rank {ppo_ddp.rank()} first obs {first}")
     return carry
 
 ppo_ddp.start_episodes = start_episodes
@@ -421,6 +509,24 @@ def test_each_rank_steps_its_own_episodes_with_the_same_parameters(default_two_r
     first = dict(re.findall(r"rank (\d) first obs (\S+)", out))
     assert set(first) == {"0", "1"} and first["0"] != first["1"]  # other seeds, other episodes
     assert out.count("parameters in sync across 2 ranks") == 2  # after each iteration
+
+
+def test_each_rank_draws_its_own_action_noise(default_two_rank_run, tmp_path):
+    """Not only its own env seeds: its own Gaussian noise, also after a resume (where rank 0 takes
+    back the saved generator and the other ranks must not)."""
+    mode, out, log_dir = default_two_rank_run
+    noise = dict(re.findall(r"rank (\d) first noise (\S+)", out))
+    assert set(noise) == {"0", "1"} and noise["0"] != noise["1"]
+    if mode == "--no-ddp":
+        return
+    driver, copy = log_dir.parent / "seeds_of_each_rank.py", tmp_path / "checkpoint.pt"
+    shutil.copy(next(log_dir.glob("*/checkpoint.pt")), copy)
+    resume = flags(resume=str(copy), total_timesteps=768)
+    proc = torchrun(str(driver), *resume)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    resumed = dict(re.findall(r"rank (\d) first noise (\S+)", out))
+    assert set(resumed) == {"0", "1"} and resumed["0"] != resumed["1"]
 
 
 def test_rank_0_logs_its_episodes_at_the_global_step(default_two_rank_run):

@@ -257,6 +257,41 @@ def test_ppo_loss_reports_the_original_half_and_adds_the_mirror_loss():
     assert terms["mirror_clipfrac"].item() == pytest.approx(outside.float().mean().item())
 
 
+def test_the_mirror_loss_s_gradient_flows_through_both_halves():
+    """The gradient that --mirror-loss-coef adds to the actor is that of ||mu(M_o s) - M_a mu(s)||^2
+    written out here, through mu(s) and mu(M_o s) both; a half cut off the graph (detached) would
+    pull the mirrored mean alone toward the other, or the other alone."""
+    mirror_obs, mirror_act = ps.make_mirror_fns("Walker2d-v5")
+    torch.manual_seed(0)
+    agent = ps.Agent(17, 6, ps.Args(norm_obs=False)).double()  # a difference of gradients: exact
+    with torch.no_grad():
+        agent.actor_mean[-1].weight.mul_(100)  # an actor far from symmetric
+    n = 8
+    obs, actions = torch.randn(n, 17).double(), torch.randn(n, 6).double()
+    with torch.no_grad():
+        old = agent.get_action_and_value(obs, actions)
+    mb = {"obs": obs, "actions": actions, "logprobs": old["logprobs"], "values": old["values"]}
+    mb.update(advantages=torch.randn(n).double(), returns=torch.randn(n).double())
+    mb["means"] = old["means"]
+    params = agent.actor_parameters()
+
+    def gradient(loss):
+        return torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True)
+
+    grads = {}
+    for coef in (0.0, 2.0):
+        args = ps.Args(norm_obs=False, mirror_loss_coef=coef)
+        grads[coef] = gradient(ps.ppo_loss(agent, mb, args, mirror_obs, mirror_act)[0])
+    mean, mirrored = agent.actor_mean(obs), agent.actor_mean(mirror_obs(obs))
+    expected = gradient(2.0 * ((mirrored - mirror_act(mean)) ** 2).mean())
+    one_half = gradient(2.0 * ((mirrored - mirror_act(mean.detach())) ** 2).mean())
+    for with_loss, without, want, half in zip(grads[2.0], grads[0.0], expected, one_half):
+        if want is None:  # the log-std: no part in the mean
+            continue
+        torch.testing.assert_close(with_loss - without, want, rtol=1e-9, atol=1e-12)
+        assert not torch.allclose(want, half)  # not vacuous: each half adds its own part
+
+
 def test_policy_loss_gives_the_mirrored_half_the_same_advantage():
     """(M_o s, M_a a) has the advantage of (s, a): the policy loss is PPO's clipped surrogate over
     both halves with the advantages copied (not negated), normalized together, written out here."""

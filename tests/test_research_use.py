@@ -105,7 +105,7 @@ def test_sigterm_finishes_the_iteration_saves_and_exits_143(script, tmp_path, mo
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_second_signal_stops_at_once_with_its_exit_code(signum, tmp_path):
     ppo = importlib.import_module("ppo_continuous")
-    run = {"dir": str(tmp_path), "checkpoint": str(tmp_path / "checkpoint.pt")}
+    run = {"dir": str(tmp_path), "checkpoint": str(tmp_path / "checkpoint.pt"), "start_line": ""}
     with pytest.raises(SystemExit) as stopped:
         with ppo.run_guard(run, ppo.Args(log_dir=str(tmp_path))) as signals:
             signal.raise_signal(signum)  # must not raise: see test_ppo_family's Ctrl-C test
@@ -183,6 +183,11 @@ def test_a_diverging_run_stops_in_one_line_and_keeps_the_last_good_checkpoint(sc
     assert message.endswith(f"last good checkpoint: {path}")
     for name, data in saved.items():  # neither was overwritten with the diverged policy
         assert open(f"{os.path.dirname(path)}/{name}", "rb").read() == data, name
+    # The run's lock went with the error, though the exception (here `stopped`, in a notebook the
+    # last traceback) still holds train()'s frame: the run resumes in this same process.
+    assert stopped.value.code
+    metrics = script.train(script.parse_args(["--resume", path, "--total-timesteps", "256"]))
+    assert metrics["global_step"] == 256
 
 
 def test_a_run_that_diverges_at_once_has_no_checkpoint_yet(tmp_path):

@@ -380,6 +380,7 @@ def test_a_run_in_use_is_refused_to_a_second_process_and_free_again_after_a_cras
             f"error: {run_dir} is in use by process {first.pid}; wait for it, or stop it"
         )
         assert "Traceback" not in second.stderr
+        assert "logging to" not in second.stdout  # refused before its start line
     finally:
         first.kill()  # SIGKILL: no handler runs, the kernel releases the lock
         first.wait()

@@ -190,3 +190,59 @@ for name, entry_point, kwargs in [
 ]:
     if name not in gym.registry:
         gym.register(name, entry_point=entry_point, kwargs=kwargs)
+
+
+class UnboundedActions(AlwaysTruncates):
+    """AlwaysTruncates whose action Box has no bounds: (-inf, inf)."""
+
+    action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
+class ReshapesObservation(AlwaysTruncates):
+    """AlwaysTruncates whose observation, at step 3, has the shape (2,), not the (1,) it declares: a
+    custom env's bug."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        obs = np.zeros(2, np.float32) if self.t == 3 else obs
+        return obs, reward, terminated, truncated, info
+
+
+for name, entry_point in [
+    ("UnboundedActions-v0", UnboundedActions),
+    ("ReshapesObservation-v0", ReshapesObservation),
+]:
+    if name not in gym.registry:
+        gym.register(name, entry_point=entry_point)
+
+
+class RecordsSeeds(AlwaysTruncates):
+    """AlwaysTruncates that, in a child process (appo_vtrace.py's actor), appends "pid seed" to the
+    file $SEED_LOG for each seed it is reset with, then waits (up to 60 s) until $SEED_PROCESSES
+    processes have: every actor has seeded its envs before the learner can finish."""
+
+    def reset(self, seed=None, options=None):
+        path = os.environ.get("SEED_LOG")
+        if seed is not None and path and multiprocessing.parent_process() is not None:
+            with open(path, "a") as file:
+                file.write(f"{os.getpid()} {seed}\n")
+            deadline = time.time() + 60
+            while time.time() < deadline and len(seeding_processes(path)) < int(
+                os.environ["SEED_PROCESSES"]
+            ):
+                time.sleep(0.05)
+        return super().reset(seed=seed, options=options)
+
+
+def seeding_processes(path: str) -> dict[int, list[int]]:
+    """The seeds each process wrote to a RecordsSeeds log, by pid."""
+    seeds = {}
+    with open(path) as file:
+        for line in file.read().splitlines():
+            pid, seed = map(int, line.split())
+            seeds.setdefault(pid, []).append(seed)
+    return seeds
+
+
+if "RecordsSeeds-v0" not in gym.registry:
+    gym.register("RecordsSeeds-v0", entry_point=RecordsSeeds)

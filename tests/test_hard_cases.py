@@ -1,0 +1,200 @@
+"""What a real user still hit (issue 45): values beyond what a run can hold, broken custom envs, a
+read-only run to resume, a closed pipe, and the messages that confused a newcomer. Each test runs
+the case for real, and each failed on the code before it was handled."""
+
+import dataclasses
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, RecordingWriter, allow_toy_env, only_checkpoint, small_args
+
+
+def toy_env_args(script, log_dir, env_id, **overrides):
+    fields = dict(env_id=env_id, num_steps=16, total_timesteps=64, **overrides)
+    return small_args(script, log_dir, **fields)
+
+
+def no_env(*args, **kwargs):
+    raise AssertionError("an env was made before the bad input was found")
+
+
+# ---------------------------------------------------------------------------------------------
+# Values beyond what a run can hold, and a network without hidden layers
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(total_timesteps=10**21), "--total-timesteps must lie in [1, 2**63 - 1], got 10"),
+        (dict(total_timesteps=10**23), "--total-timesteps must lie in [1, 2**63 - 1], got 10"),
+        (dict(seed=10**20), "--seed must lie in [0, 2**63 - 1], got 100000000000000000000"),
+        (dict(seed=2**63), "--seed must lie in [0, 2**63 - 1], got 9223372036854775808"),
+    ],
+)
+def test_counts_and_seeds_beyond_int64_are_one_line(
+    script, overrides, message, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(script.gym, "make_vec", no_env)
+    with pytest.raises(SystemExit) as stopped:
+        script.train(small_args(script, tmp_path, **overrides))
+    assert str(stopped.value.code).startswith(f"error: {message}")
+
+
+def test_the_largest_count_and_seed_are_held(tmp_path, capsys):
+    # 2**63 - 1 is accepted: TensorBoard's step, torch's seed and the ETA all hold it.
+    ppo = importlib.import_module("ppo_continuous")
+    args = small_args(ppo, tmp_path, total_timesteps=2**63 - 1, seed=2**63 - 1)
+    run = ppo.plan_run(args, None)
+    assert run["end_step"] == (2**63 - 1) // 128 * 128
+    torch.manual_seed(args.seed)
+    run.update(start_time=0.0, writer=RecordingWriter())
+    optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
+    progress = {"global_step": 128, "iteration": 1}
+    ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)  # 1 SPS: an ETA of 2**63 s
+    assert "| ETA 106751991167300d " in capsys.readouterr().out
+
+
+def test_an_actor_and_a_critic_without_hidden_layers_train(script, tmp_path):
+    """`--actor-layers` with no sizes: a linear policy (and a linear critic); its diagnostics are
+    those of its input (effective rank) and of no hidden unit (no dormant fraction)."""
+    args = small_args(script, tmp_path, actor_layers=(), critic_layers=(), total_timesteps=128)
+    metrics = script.train(args)
+    assert metrics["charts/actor_dormant_fraction"] == 0.0
+    assert 1.0 <= metrics["charts/actor_effective_rank"] <= 17.0  # Walker2d's 17 observations
+    ckpt = script.load_checkpoint(only_checkpoint(tmp_path))
+    assert ckpt["agent"]["actor_mean.0.weight"].shape == (6, 17)
+
+
+# ---------------------------------------------------------------------------------------------
+# Custom envs: actions without bounds, an observation of another shape
+# ---------------------------------------------------------------------------------------------
+def test_an_action_box_with_infinite_bounds_is_one_line(script, tmp_path, monkeypatch):
+    allow_toy_env(script, monkeypatch)
+    with pytest.raises(SystemExit) as stopped:
+        script.train(toy_env_args(script, tmp_path, "toy_envs:UnboundedActions-v0"))
+    assert stopped.value.code == (
+        "error: UnboundedActions-v0: its action Box has infinite bounds (Box(-inf, inf, (1,), "
+        "float32)); they must be finite (actions are scaled to them), or wrap it to rescale"
+    )
+
+
+def test_an_observation_of_another_shape_is_one_line(script, tmp_path, monkeypatch, capfd):
+    allow_toy_env(script, monkeypatch)
+    expected = (
+        "error: ReshapesObservation-v0 returned an observation of shape (2,) at its step 3; its "
+        "observation space declares (1,)"
+    )
+    with pytest.raises(SystemExit) as stopped:
+        script.train(toy_env_args(script, tmp_path, "toy_envs:ReshapesObservation-v0"))
+    err = capfd.readouterr().err
+    if script.__name__ == "appo_vtrace":  # in an actor: its line, then the learner's
+        assert expected in err and "died (exit code 1)" in str(stopped.value.code)
+    else:
+        assert stopped.value.code == expected
+    assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------
+# A run to resume on a read-only mount
+# ---------------------------------------------------------------------------------------------
+def test_a_resume_on_a_read_only_mount_is_refused_before_anything_starts(
+    tmp_path, monkeypatch, capsys
+):
+    ppo = importlib.import_module("ppo_continuous")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        ppo.train(small_args(ppo, disk, total_timesteps=128))
+        path = only_checkpoint(disk)
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        capsys.readouterr()
+        monkeypatch.setattr(ppo.gym, "make_vec", no_env)
+        with pytest.raises(SystemExit) as stopped:
+            # Its saved --log-dir is on the mount too: another one typed, as a copied run has.
+            argv = ["--resume", path, "--total-timesteps", "256", "--log-dir", str(tmp_path)]
+            ppo.train(ppo.parse_args(argv))
+        run_dir = os.path.dirname(path)
+        assert stopped.value.code == (
+            f"error: --resume {run_dir}: cannot write there (Read-only file system)"
+        )
+        assert capsys.readouterr().out == ""  # nothing started
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# A closed pipe, and the messages that confused a newcomer
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["ppo_continuous", "ppo_ddp", "appo_vtrace"])
+def test_a_closed_stdout_never_ends_a_run(name, tmp_path):
+    """`python <script>.py ... | head -1`: the run trains on to its end and saves; stderr says
+    once that its progress lines are gone."""
+    flags = ["--env-id", "Walker2d-v5", "--num-envs", "2", "--num-steps", "64", "--log-dir"]
+    flags += [str(tmp_path), "--num-minibatches", "2", "--update-epochs", "1"]
+    flags += ["--total-timesteps", "512", "--eval-episodes", "1", "--checkpoint-every", "0"]
+    if name == "appo_vtrace":
+        flags += ["--num-actors", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, f"{name}.py", *flags],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.readline()  # what `| head -1` does: one line, then the pipe closes
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, err
+    assert err.count("note: stdout is closed; the run goes on without progress lines") == 1, err
+    assert "Traceback" not in err
+    script = importlib.import_module(name)
+    assert script.load_checkpoint(only_checkpoint(tmp_path))["global_step"] == 512
+
+
+def test_help_says_what_none_means_and_how_to_install_wandb(script, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        script.parse_args(["--help"])
+    out = capsys.readouterr().out
+    head = out.split("╭")[0]
+    assert "{None}|FLOAT: a number, or None (the default it names)." in head
+    assert "--critic-learning-rate {None}|FLOAT" in out
+    assert "pip install -r requirements-extras.txt" in out and "pip install wandb" not in out
+
+
+def test_new_and_resumed_runs_name_their_directory_alike(tmp_path, monkeypatch, capsys):
+    ppo = importlib.import_module("ppo_continuous")
+    monkeypatch.chdir(tmp_path)
+    ppo.train(small_args(ppo, "runs", total_timesteps=128))
+    new = capsys.readouterr().out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert f"logging to {run_dir}\n" in new
+    relative = os.path.join("runs", run_dir.name, "checkpoint.pt")
+    ppo.train(ppo.parse_args(["--resume", relative, "--total-timesteps", "256"]))
+    resumed = capsys.readouterr().out
+    assert f"logging to {run_dir}\n" in resumed
+
+
+def test_one_process_of_ppo_ddp_says_1_rank_and_1_episode(tmp_path, capsys):
+    ddp = importlib.import_module("ppo_ddp")
+    ddp.train(small_args(ddp, tmp_path, total_timesteps=128))
+    out = capsys.readouterr().out
+    assert "iterations 1-1 of 128 steps (1 rank x 2 envs x 64)" in out
+    assert "deterministic eval over 1 episode: " in out
+
+
+def test_eval_checkpoint_says_1_episode(tmp_path, capsys):
+    ppo = importlib.import_module("ppo_continuous")
+    ppo.train(small_args(ppo, tmp_path, total_timesteps=128))
+    args = dataclasses.replace(ppo.Args(), eval_checkpoint=only_checkpoint(tmp_path))
+    args.eval_episodes = 1
+    ppo.train(args)
+    assert "over 1 episode\n" in capsys.readouterr().out
