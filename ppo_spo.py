@@ -714,6 +714,8 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
         fail(f"no whole batch of {batch_size} steps (num_envs x num_steps) fits between step "
              f"{global_step} and --total-timesteps {args.total_timesteps}")  # fmt: skip
     end_step = global_step + (last_iteration - first_iteration + 1) * batch_size
+    if args.num_envs >= 256:  # gymnasium makes about a hundred envs a second
+        say(f"making {args.num_envs} envs")
     return {"first_iteration": first_iteration, "last_iteration": last_iteration,
             "batch_size": batch_size, "start_step": global_step, "end_step": end_step}  # fmt: skip
 
@@ -723,10 +725,12 @@ def start_run(args: Args, plan: dict, can_film: bool) -> dict:
     run_dir = run_dir_of(args.resume) if args.resume is not None else new_run_dir(args)
     run = {**plan, "dir": run_dir, "checkpoint": os.path.join(run_dir, "checkpoint.pt")}
     run["videos"] = os.path.join(args.video_dir, os.path.basename(run_dir)) if can_film else None
-    run["start_time"], note = time.time(), ""
+    run["start_time"], run["eval_seconds"], note = time.time(), 0.0, ""
     if plan["end_step"] != args.total_timesteps and args.total_timesteps != Args.total_timesteps:
         note = f"note: training to step {plan['end_step']}: --total-timesteps "
         note += f"{args.total_timesteps} is not reached in whole batches of {plan['batch_size']}\n"
+    if args.compile:
+        note += "note: --compile: the first update compiles the loss first (about a minute)\n"
     run["start_line"] = (f"{note}{args.env_id}: iterations {plan['first_iteration']}-"
         f"{plan['last_iteration']} of {plan['batch_size']} steps ({args.num_envs} envs x "
         f"{args.num_steps}) to step {plan['end_step']}; logging to {run_dir}")  # fmt: skip
@@ -779,7 +783,8 @@ def make_writer(run_dir: str, args: Args) -> SummaryWriter:
 def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: dict) -> dict:
     """The iteration's scalars to TensorBoard and its progress line; returns what was written."""
     step, logged = progress["global_step"], dict(metrics)
-    logged["charts/SPS"] = int((step - run["start_step"]) / (time.time() - run["start_time"]))
+    seconds = time.time() - run["start_time"] - run["eval_seconds"]  # training time only
+    logged["charts/SPS"] = int((step - run["start_step"]) / seconds)
     logged["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
     for key, value in logged.items():
         run["writer"].add_scalar(key, value, step)
@@ -813,11 +818,15 @@ def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
     agent, args, progress = state["agent"], state["args"], state["progress"]
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
+        start = time.time()
         returns, _ = evaluate(agent, args, run["videos"], f"eval_step{step}", run["signals"])
+        run["eval_seconds"] += time.time() - start  # not training: left out of the SPS
         if returns is None:  # a signal cut it short: stop after this iteration
             stop = run["signals"]["signum"]
         else:
             mean_return = float(returns.mean())
+            say(f"eval at step {step}: {mean_return:.1f} over {len(returns)} episodes "
+                f"({time.time() - start:.0f} s)")  # fmt: skip
             run["writer"].add_scalar("eval/periodic_return", mean_return, step)
             if mean_return > progress["best_eval"]:
                 progress["best_eval"] = mean_return
@@ -1038,6 +1047,8 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
     + i) in waves of up to 16 envs (bounded memory; None if a signal cut them), videos/name.mp4."""
     device, seed, returns = agent.actor_logstd.device, args.seed + EVAL_SEED_OFFSET, []
     video, frames = videos and f"{videos}/{name}.mp4", []
+    if args.eval_episodes > 16:  # in waves: it takes a while, so say it
+        say(f"evaluating {args.eval_episodes} episodes in waves of 16")
     for first in range(0, args.eval_episodes, 16):
         n, film = min(16, args.eval_episodes - first), bool(video) and first == 0
         render = render_kwargs(args.env_id) if film else {}
@@ -1073,7 +1084,9 @@ def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     agent.load_state_dict(ckpt["agent"])
     videos = os.path.join(args.video_dir, os.path.basename(run_dir_of(args.eval_checkpoint)))
     args = dataclasses.replace(args, env_id=ckpt["env_id"])
-    name = f"eval_checkpoint_step{ckpt['global_step']}"
+    say(f"evaluating {args.eval_checkpoint} (step {ckpt['global_step']}) on {args.env_id}: "
+        f"{args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}")  # fmt: skip
+    name = f"eval_checkpoint_step{ckpt['global_step']}_{int(time.time())}"  # a re-film: new file
     returns, _ = evaluate(agent, args, videos if can_film else None, name)
     say(f"{args.env_id}: deterministic return {returns.mean():.1f} ± {returns.std():.1f} over "
         f"{len(returns)} episode{'s' * (len(returns) != 1)}")  # fmt: skip

@@ -7,6 +7,7 @@ import importlib
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -198,3 +199,56 @@ def test_eval_checkpoint_says_1_episode(tmp_path, capsys):
     args.eval_episodes = 1
     ppo.train(args)
     assert "over 1 episode\n" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# Silence: what takes more than a few seconds says what it does; the SPS is training's alone
+# ---------------------------------------------------------------------------------------------
+def test_the_sps_leaves_the_evaluation_time_out(capsys):
+    """100,000 steps in 1000 s, of which 990 s were evaluation: 10,000 training steps a second
+    (less the seconds this test takes), not 100."""
+    ppo = importlib.import_module("ppo_continuous")
+    optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
+    run = {"start_step": 0, "start_time": time.time() - 1000.0, "eval_seconds": 990.0}
+    run.update(end_step=200_000, last_iteration=2, writer=RecordingWriter())
+    progress = {"global_step": 100_000, "iteration": 1}
+    logged = ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)
+    assert 5000 < logged["charts/SPS"] <= 10_000
+    assert f"| SPS {logged['charts/SPS']} |" in capsys.readouterr().out
+
+
+def test_long_evaluations_say_what_they_do_and_take(tmp_path, capsys):
+    """--eval-every with more than one wave of episodes: a line before (the waves) and one after
+    (the return and the seconds); the run's SPS is measured without them."""
+    ppo = importlib.import_module("ppo_continuous")
+    args = toy_env_args(ppo, tmp_path, "toy_envs:CountsSteps-v0", eval_every=1, eval_episodes=17)
+    ppo.train(args)
+    lines = capsys.readouterr().out.splitlines()
+    evaluations = [i for i, line in enumerate(lines) if line.startswith("eval at step 32:")]
+    assert len(evaluations) == 1 and "over 17 episodes (" in lines[evaluations[0]]
+    assert lines[evaluations[0] - 1] == "evaluating 17 episodes in waves of 16"
+
+
+def test_eval_checkpoint_says_what_it_evaluates_first_and_films_anew(tmp_path, capsys, monkeypatch):
+    ppo = importlib.import_module("ppo_continuous")
+    ppo.train(toy_env_args(ppo, tmp_path, "toy_envs:CountsSteps-v0"))
+    checkpoint, names = only_checkpoint(tmp_path), []
+    capsys.readouterr()
+    ppo.train(ppo.Args(eval_checkpoint=checkpoint, env_id="toy_envs:CountsSteps-v0"))
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"evaluating {checkpoint} (step 64) on toy_envs:CountsSteps-v0: 10")
+    returns = (ppo.np.ones(1), None)
+    monkeypatch.setattr(ppo, "evaluate", lambda *args: (names.append(args[3]), returns)[1])
+    for now in (1000.0, 1001.0):  # a re-film, a second later (a video takes longer to make)
+        monkeypatch.setattr(ppo.time, "time", lambda now=now: now)
+        ppo.evaluate_checkpoint(ppo.Args(eval_checkpoint=checkpoint), False)
+    assert names == ["eval_checkpoint_step64_1000", "eval_checkpoint_step64_1001"]
+
+
+def test_compile_and_thousands_of_envs_say_what_takes_the_time(tmp_path, capsys):
+    ppo = importlib.import_module("ppo_continuous")
+    args = small_args(ppo, tmp_path, num_envs=256, compile=True, total_timesteps=256 * 64)
+    plan = ppo.plan_run(args, None)
+    assert capsys.readouterr().out == "making 256 envs\n"
+    start_line = ppo.start_run(args, plan, False)["start_line"]
+    assert "note: --compile: the first update compiles the loss first" in start_line
