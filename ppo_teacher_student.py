@@ -526,7 +526,7 @@ def train(args: Args) -> dict[str, float]:
              "progress": progress}  # fmt: skip  # Harness: what a checkpoint holds, by name
     loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
     carry = start_episodes(envs, progress["global_step"], args, device)
-    teacher_return = evaluate(teacher, args, None, "teacher")[0].mean()  # the student's episodes
+    teacher_return = float(evaluate(teacher, args, None, "teacher")[0].mean())  # same episodes
     last = plan["last_iteration"]
     with run_guard(run, args) as signals:  # Harness: TensorBoard; a signal stops after an iteration
         for iteration in range(plan["first_iteration"], last + 1):
