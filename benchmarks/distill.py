@@ -132,11 +132,13 @@ def plot(curves_csv: str, env_id: str):  # into plots/ beside the CSV
         rows = [row for row in csv.DictReader(file) if row["env_id"] == env_id]
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, color in (("student", "tab:blue"), ("scratch", "tab:orange")):
-        for seed in sorted({row["seed"] for row in rows if row["method"] == method}):
+        seeds = sorted({row["seed"] for row in rows if row["method"] == method})
+        for seed in seeds:
             points = [r for r in rows if r["method"] == method and r["seed"] == seed]
             steps = [int(r["step"]) for r in points]
             returns = [float(r["eval_return"]) for r in points]
-            ax.plot(steps, returns, color=color, label=method if seed == "1" else None)
+            label = method if seed == seeds[0] else None  # one legend entry per method
+            ax.plot(steps, returns, color=color, marker=".", label=label)
     ax.set(xlabel="env steps (a student's: after its teacher's)", ylabel="eval return")
     ax.set_title(f"{env_id}: distilled student vs PPO from scratch")
     ax.legend()

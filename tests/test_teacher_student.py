@@ -3,6 +3,8 @@ history is right on real runs, fine-tuning trains what distillation froze, the d
 matches a reference, a whole run round-trips (checkpoint, --resume, --eval-checkpoint, export),
 and a student learns InvertedPendulum from a teacher trained here."""
 
+import csv
+import dataclasses
 import importlib
 import os
 import sys
@@ -323,3 +325,24 @@ def test_a_student_on_positions_learns_inverted_pendulum_from_its_teacher(tmp_pa
     print(f"teacher {metrics['eval/teacher_return']:.1f}, student "
           f"{metrics['eval/episodic_return']:.1f}")  # fmt: skip
     assert metrics["eval/episodic_return"] >= 0.8 * metrics["eval/teacher_return"]
+
+
+def test_the_benchmark_appends_a_row_of_real_runs(hopper_teacher, tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import distill
+
+    output = tmp_path / "distill.csv"
+    args = distill.Args(teachers=(hopper_teacher,), seeds=(2,), distill_steps=2048, eval_every=0)
+    distill.main(dataclasses.replace(args, eval_episodes=1, log_dir=str(tmp_path / "runs"),
+                                     output=str(output)))  # fmt: skip
+    with open(output) as file:
+        (row,) = list(csv.DictReader(file))
+    assert list(row) == distill.COLUMNS
+    assert row["env_id"] == "Hopper-v5" and row["seed"] == "2" and row["distill_steps"] == "2048"
+    # The teacher's 256 steps and the student's 2048, in whole batches of 8 envs x 256 steps.
+    assert int(row["scratch_steps"]) == 2048
+    for name in ("teacher_eval_return", "student_eval_return", "action_mse", "scratch_eval_return"):
+        assert np.isfinite(float(row[name])), name
+    (scratch,) = (tmp_path / "runs").glob("*/scratch/*/checkpoint.pt")
+    ckpt = torch.load(scratch, weights_only=True)
+    assert ckpt["actor_dim"] == 5 + 3 * (5 + 3)  # the student's observation and history
