@@ -331,7 +331,7 @@ def start_episodes(envs, global_step: int, args: Args, device) -> dict:
 
 @torch.no_grad()
 def collect_rollout(
-    agent, teacher, envs, reward_rms, carry: dict, step, writer, args: Args
+    agent, teacher, envs, reward_rms, carry: dict, step: int, writer, args: Args
 ) -> dict:
     """args.num_steps steps of every env with the frozen policy and normalizer, from global step
     `step` on: a dict of time-major [T, N] tensors. carry holds what runs on across rollouts.
@@ -535,15 +535,9 @@ def train(args: Args) -> dict[str, float]:
             set_learning_rate(optimizers, progress["lr_scale"])
             finetune = set_stage(agent, teacher, progress["global_step"], plan["batch_size"], args)
             rollout = collect_rollout(
-                agent,
-                teacher,
-                envs,
-                reward_rms,
-                carry,
-                progress["global_step"],
-                run["writer"],
+                agent, teacher, envs, reward_rms, carry, progress["global_step"], run["writer"],
                 args,
-            )
+            )  # fmt: skip
             rollout["advantages"], rollout["returns"] = compute_gae(
                 rollout["rewards"], rollout["values"], rollout["next_values"],
                 rollout["terminated"], rollout["dones"], args.gamma, args.gae_lambda,
@@ -611,6 +605,8 @@ class HistoryVectorEnv:
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float64)
 
     def __getattr__(self, name: str):  # the rest (evaluate's envs.envs[0]) is the inner env's
+        if name == "inner":  # not set yet (a copy): no endless recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def student_obs(self, obs: np.ndarray) -> np.ndarray:
