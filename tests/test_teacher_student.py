@@ -309,6 +309,37 @@ def test_the_onnx_export_checks_against_evaluation(hopper_teacher, tmp_path):
     assert f"onnxruntime deterministic return {expected}" in done.stdout
 
 
+def test_a_resume_goes_on_distilling(hopper_teacher, tmp_path):
+    ts.train(hopper_args(hopper_teacher, tmp_path))
+    path = only_checkpoint(tmp_path)
+    first = torch.load(path, weights_only=True)
+    ts.train(ts.Args(**{**vars(hopper_args(hopper_teacher, tmp_path)), "resume": path,
+                        "total_timesteps": 384}))  # fmt: skip
+    resumed = torch.load(path, weights_only=True)
+    assert resumed["global_step"] == 384
+    for key, value in first["agent"].items():  # the actor's mean learns; the rest stays frozen
+        moved = not torch.equal(resumed["agent"][key], value)
+        assert moved == (key.startswith("actor_mean.") or key.startswith("obs_rms.")), key
+    with pytest.raises(SystemExit, match="^error: --history cannot change on resume"):
+        ts.train(ts.Args(**{**vars(hopper_args(hopper_teacher, tmp_path)), "resume": path,
+                            "total_timesteps": 512, "history": 3}))  # fmt: skip
+
+
+def test_go1_student_reads_state_and_history(tmp_path):
+    """EnvPool's Go1: the teacher, an ordinary ppo_continuous.py checkpoint, acts on `state` (48);
+    the student reads `state` and its history; the critic reads [state | privileged_state]."""
+    pytest.importorskip("envpool")
+    fields = dict(env_id="Go1JoystickFlatTerrain-v1", env_backend="envpool")
+    pc.train(small_args(pc, tmp_path / "teacher", **fields))
+    teacher = only_checkpoint(tmp_path / "teacher")
+    metrics = ts.train(small_args(ts, tmp_path, teacher=teacher, history=1, **fields))
+    assert np.isfinite(metrics["distill/action_mse"])
+    ckpt = ts.load_checkpoint(only_checkpoint(tmp_path))
+    assert ckpt["actor_dim"] == 48 + 1 * (48 + 12) and ckpt["obs_dim"] == ckpt["actor_dim"] + 171
+    with pytest.raises(SystemExit, match="^error: --finetune-timesteps starts the critic"):
+        ts.train(small_args(ts, tmp_path, teacher=teacher, finetune_timesteps=128, **fields))
+
+
 # ---------------------------------------------------------------------------------------------
 # Learning
 # ---------------------------------------------------------------------------------------------
