@@ -49,8 +49,8 @@ def toy_teacher(tmp_path_factory):
 
 def hopper_args(teacher: str, log_dir, **overrides):
     """2 envs x 64 steps of Hopper-v5, 2 iterations of distillation (one epoch of 2 minibatches)."""
-    fields = dict(env_id="Hopper-v5", teacher=teacher, history=2, **overrides)
-    return small_args(ts, log_dir, **fields)
+    fields = dict(env_id="Hopper-v5", teacher=teacher, history=2)
+    return small_args(ts, log_dir, **{**fields, **overrides})
 
 
 def student_and_teacher(teacher_path: str, env_id: str, history: int, **overrides):
@@ -99,10 +99,24 @@ def test_a_teacher_of_another_env_or_script_is_one_line(hopper_teacher, toy_teac
         ts.train(args)
     with pytest.raises(SystemExit, match="^error: --teacher is required"):
         ts.train(hopper_args(None, tmp_path))
+    for name in ("history", "finetune_timesteps"):
+        with pytest.raises(SystemExit, match=f"^error: --{name.replace('_', '-')} must be >= 0"):
+            ts.train(hopper_args(hopper_teacher, tmp_path, **{name: -1}))
     ts.train(hopper_args(hopper_teacher, tmp_path / "student"))
     student = only_checkpoint(tmp_path / "student")
     with pytest.raises(SystemExit, match="not written by ppo_continuous.py or ppo_symaug.py"):
         ts.train(hopper_args(student, tmp_path))
+
+
+def test_a_ppo_symaug_teacher_on_walker2d(tmp_path):
+    """ppo_symaug.py's checkpoints are teachers too; Walker2d's student reads its 8 positions."""
+    symaug = importlib.import_module("ppo_symaug")
+    symaug.train(small_args(symaug, tmp_path / "teacher"))
+    teacher = only_checkpoint(tmp_path / "teacher")
+    metrics = ts.train(small_args(ts, tmp_path, teacher=teacher, history=1))
+    assert np.isfinite(metrics["distill/action_mse"])
+    ckpt = ts.load_checkpoint(only_checkpoint(tmp_path))
+    assert ckpt["env_id"] == "Walker2d-v5" and ckpt["actor_dim"] == 8 + 1 * (8 + 6)
 
 
 # ---------------------------------------------------------------------------------------------
