@@ -1293,9 +1293,9 @@ class CheckedEnv(gym.wrappers.FlattenObservation):
 class EnvPoolVectorEnv:
     """--env-backend envpool in make_envs's contract. EnvPool resets an env on the step after its
     last (NEXT_STEP) and seeds at creation: here it is reset by id at once, its last obs kept in
-    info["final_obs"], and reset(seed=s) makes a new pool, env i seeded s + i as in gymnasium.
-    A robot's Dict obs is made [state | privileged_state] (actor_dim: state's size); at an episode's
-    end, info["reward_terms"] holds each reward term's mean per step."""
+    info["final_obs"], and reset(seed=s) makes a new pool, env i seeded s + i as in gymnasium. A
+    robot's Dict obs is laid flat, [state | privileged_state] (actor_dim: state's size); at an
+    episode's end info["reward_terms"] holds each reward term's mean per step."""
 
     def __init__(self, env_id: str, num_envs: int, **kwargs):
         if importlib.util.find_spec("envpool") is None:
@@ -1307,17 +1307,17 @@ class EnvPoolVectorEnv:
         self.make = functools.partial(make, env_id, num_envs=num_envs, num_threads=1, **kwargs)
         self.num_envs, self.pool = num_envs, self.make()
         space, self.single_action_space = self.pool.observation_space, self.pool.action_space
-        names = sorted(space.keys()) if isinstance(space, gym.spaces.Dict) else None
-        self.keys = ["state", "privileged_state"][: len(names or [])]  # the actor's key first
-        parts = [space] if names is None else [space[key] for key in self.keys if key in names]
-        usable = names in (None, sorted(self.keys)) and all(len(p.shape) == 1 for p in parts)
-        if not (usable and isinstance(self.single_action_space, gym.spaces.Box)):
-            acts = type(self.single_action_space).__name__
-            fail(f"EnvPool's {env_id} observes {names or space.shape}, acts in {acts}: the scripts "
-                 "need a vector or Dict(state, privileged_state), and Box actions")  # fmt: skip
-        self.actor_dim = parts[0].shape[0]  # Agent's actor reads these first columns
-        size = sum(part.shape[0] for part in parts)
-        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), np.float64)
+        self.keys = list(getattr(space, "spaces", {}))  # a robot's: state, privileged_state
+        sizes = [space[key].shape for key in self.keys] if self.keys else [space.shape]
+        vectors = {len(size) for size in sizes} == {1}  # not pixels, not a board
+        acts = type(self.single_action_space).__name__
+        if not vectors or self.keys not in ([], ["state", "privileged_state"]) or acts != "Box":
+            seen = self.keys or space.shape
+            fail(f"EnvPool's {env_id} observes {seen}, acts in {acts}: the scripts need a vector "
+                 "or Dict(state, privileged_state), and Box actions")  # fmt: skip
+        self.actor_dim = sizes[0][0]  # the Agent's actor reads these first columns
+        total = sum(size[0] for size in sizes)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (total,))
 
     def flat(self, obs):
         return np.concatenate([obs[key] for key in self.keys], -1) if self.keys else obs
@@ -1325,20 +1325,20 @@ class EnvPoolVectorEnv:
     def reset(self, seed: int):
         self.pool.close()
         self.pool = self.make(seed=[(seed + i) % 2**31 for i in range(self.num_envs)])  # int32
-        self.sums, self.length = {}, np.zeros(self.num_envs)
+        self.sums = {}  # of each reward term, per env, over its episode
         return self.flat(self.pool.reset()[0]), {}
 
     def step(self, actions: np.ndarray):
         obs, rewards, terminated, truncated, raw = self.pool.step(actions)
         obs, info, done = self.flat(obs), {}, np.flatnonzero(terminated | truncated)
-        self.length += 1
         for key in (key for key in raw if key.startswith("reward_")):
             self.sums[key[7:]] = self.sums.get(key[7:], 0.0) + raw[key]
         if done.size:  # SAME_STEP: the next episode's first obs in place, the last one kept
             info["final_obs"] = obs.copy()
             obs[done] = self.flat(self.pool.reset(env_id=done)[0])
-            info["reward_terms"] = {name: sums / self.length for name, sums in self.sums.items()}
-            for sums in (*self.sums.values(), self.length):
+            length = raw["elapsed_step"]  # the episode's steps, this one included
+            info["reward_terms"] = {name: sums / length for name, sums in self.sums.items()}
+            for sums in self.sums.values():
                 sums[done] = 0
         return obs, rewards, terminated, truncated, info
 

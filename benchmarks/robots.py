@@ -1,0 +1,170 @@
+"""Evaluate robot checkpoints (EnvPool's MuJoCo Playground joystick tasks) the way issue #43 scores
+them, and append one row per checkpoint to robots.csv (and results.csv).
+
+    python benchmarks/robots.py --checkpoints runs/Go1JoystickFlatTerrain-v1__*/checkpoint.pt \
+        --wall-seconds 5400 --plot
+
+For each checkpoint: --episodes deterministic episodes (the mean action) with sensor noise as in
+training, episode i on seed --seed + 10000 + i as the scripts' evaluation. Each episode's reward
+terms are averaged per step (EnvPool's info, as the scripts' reward_terms/<name> tags); a fall is
+an episode that terminated before its time limit. --plot draws commanded against measured base
+velocity (privileged_state's local linear velocity and gyro, not noised) over the first episode
+(Go1's slots; benchmarks/plots/<script>-<env>-velocity.png).
+"""
+
+import csv
+import datetime
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tyro
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the scripts
+COLUMNS = ["script", "env_id", "seed", "total_timesteps", "flags", "eval_return"]
+COLUMNS += ["eval_tracking_lin_vel", "eval_tracking_ang_vel", "eval_length", "eval_falls"]
+COLUMNS += ["wall_seconds"]
+DEFAULTS_SKIPPED = {"resume", "log_dir", "init_from", "eval_checkpoint", "exp_name", "seed"}
+DEFAULTS_SKIPPED |= {"env_id", "env_backend", "total_timesteps"}
+
+
+@dataclass
+class Args:
+    checkpoints: tuple[str, ...]
+    """checkpoint.pt (or best.pt) files of robot runs: one row each"""
+    episodes: int = 10
+    """deterministic episodes per checkpoint"""
+    wall_seconds: tuple[int, ...] = ()
+    """each run's training wall time, as its log printed (same order as --checkpoints)"""
+    output: str = os.path.join(HERE, "robots.csv")
+    """the table the README shows; results.csv gets the return too"""
+    plot: bool = False
+    """commanded vs measured base velocity over the first episode of the first checkpoint"""
+    record: bool = True
+    """append the rows (off: print them only)"""
+
+
+def load(path: str):
+    """(the script's module, its checkpoint, its agent), by the script's own loader."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    script = importlib.import_module(ckpt["script"])
+    ckpt = script.load_checkpoint(path)
+    ckpt["actor_dim"] = ckpt["agent"]["actor_mean.0.weight"].shape[1]  # the actor's columns
+    agent = script.Agent(
+        ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt), ckpt["actor_dim"]
+    )
+    agent.load_state_dict(ckpt["agent"])
+    return script, ckpt, agent
+
+
+def flags_of(ckpt: dict, script) -> str:
+    """The flags the run typed: its saved settings that differ from the script's defaults."""
+    defaults = vars(script.Args())
+    changed = []
+    for name, value in ckpt["args"].items():
+        if name in DEFAULTS_SKIPPED or defaults.get(name) == value:
+            continue
+        shown = " ".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+        changed.append(f"--{name.replace('_', '-')} {shown}".replace(" True", ""))
+    return " ".join(changed)
+
+
+@torch.no_grad()
+def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
+    """The episodes' returns, lengths, falls and per-step reward terms; with trace, the first
+    episode's commanded and measured (vx, vy, yaw rate) per step."""
+    args = script.saved_args(ckpt)
+    envs = script.make_envs(ckpt["env_id"], episodes, "envpool")
+    obs, _ = envs.reset(seed=args.seed + script.EVAL_SEED_OFFSET)
+    returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=int)
+    finished, fell = np.zeros(episodes, dtype=bool), np.zeros(episodes, dtype=bool)
+    terms, steps = {}, []
+    state = ckpt["actor_dim"]
+    while not finished.all():
+        if trace and not finished[0]:  # Go1: state's command, privileged_state's vx, vy, gyro z
+            privileged = obs[0, state:]
+            steps.append([*obs[0, 45:48], privileged[57], privileged[58], privileged[50]])
+        mean = agent.mean_action(torch.as_tensor(obs, dtype=torch.float32))
+        action = script.scale_action(mean.numpy(), envs.single_action_space)
+        obs, reward, terminated, truncated, info = envs.step(action)
+        live = ~finished
+        returns += reward * live
+        lengths += live
+        done = (terminated | truncated) & live
+        fell |= terminated & live
+        for name, means in info.get("reward_terms", {}).items():
+            terms.setdefault(name, np.zeros(episodes))[done] = means[done]
+        finished |= done
+    envs.close()
+    return {"returns": returns, "lengths": lengths, "falls": fell, "terms": terms, "trace": steps}
+
+
+def plot(trace: list, path: str, title: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trace = np.array(trace)
+    seconds = np.arange(len(trace)) * 0.02
+    figure, axes = plt.subplots(3, 1, figsize=(8, 6), sharex=True)
+    labels = ["forward velocity vx (m/s)", "lateral velocity vy (m/s)", "yaw rate (rad/s)"]
+    for k, (axis, label) in enumerate(zip(axes, labels)):
+        axis.plot(seconds, trace[:, k], label="commanded", color="black", linestyle="--")
+        axis.plot(seconds, trace[:, 3 + k], label="measured", alpha=0.8)
+        axis.set_ylabel(label, fontsize=8)
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(title, fontsize=9)
+    axes[-1].set_xlabel("time (s)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    print(f"wrote {path}")
+
+
+def main(args: Args):
+    rows = []
+    for k, path in enumerate(args.checkpoints):
+        script, ckpt, agent = load(path)
+        trace = args.plot and k == 0 and ckpt["env_id"].startswith("Go1Joystick")  # its layout
+        result = evaluate(script, ckpt, agent, args.episodes, trace)
+        terms = result["terms"]
+        row = {
+            "script": f"{ckpt['script']}.py",
+            "env_id": ckpt["env_id"],
+            "seed": ckpt["args"]["seed"],
+            "total_timesteps": ckpt["global_step"],
+            "flags": flags_of(ckpt, script),
+            "eval_return": round(float(result["returns"].mean()), 2),
+            "eval_tracking_lin_vel": round(float(terms["tracking_lin_vel"].mean()), 3),
+            "eval_tracking_ang_vel": round(float(terms["tracking_ang_vel"].mean()), 3),
+            "eval_length": round(float(result["lengths"].mean()), 1),
+            "eval_falls": int(result["falls"].sum()),
+            "wall_seconds": args.wall_seconds[k] if k < len(args.wall_seconds) else "",
+        }
+        rows.append(row)
+        print(",".join(str(row[column]) for column in COLUMNS))
+        if result["trace"]:
+            name = f"{ckpt['script']}-{ckpt['env_id']}-velocity.png"
+            title = f"{ckpt['script']}.py, {ckpt['env_id']}, step {ckpt['global_step']}: episode 1"
+            plot(result["trace"], os.path.join(HERE, "plots", name), title)
+    if not args.record:
+        return
+    new = not os.path.exists(args.output)
+    with open(args.output, "a", newline="") as file:
+        writer = csv.DictWriter(file, COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+    with open(os.path.join(HERE, "results.csv"), "a", newline="") as file:
+        for row in rows:  # results.csv's columns: no final_return or SPS for these rows
+            values = [row["script"], row["env_id"], row["seed"], row["total_timesteps"]]
+            values += [row["flags"], "", row["eval_return"], "", "", row["wall_seconds"]]
+            csv.writer(file).writerow([*values, datetime.date.today().isoformat()])
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
