@@ -5,6 +5,8 @@ with the saved statistics, clip it as in training, the actor's mean, clip to [-1
 env's action bounds. It has no critic and no exploration noise. Input "obs", float32 [batch,
 obs_dim]; output "action", float32 [batch, act_dim]; the batch size is dynamic. A robot's policy
 (EnvPool's Dict tasks) takes its `state` only, what the robot senses: obs_dim is the state's size.
+A ppo_teacher_student.py student takes its deployable obs and its history only (its actor's
+columns: [obs now | previous obs, newest first | previous actions, newest first]).
 
     python tools/export_onnx.py runs/<run>/checkpoint.pt                # -> runs/<run>/policy.onnx
     python tools/export_onnx.py runs/<run>/best.pt --output best.onnx --check 10
@@ -33,6 +35,7 @@ import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ["ppo_continuous", "ppo_spo", "ppo_symaug", "ppo_ddp", "appo_vtrace"]
+SCRIPTS += ["ppo_teacher_student"]
 
 
 @dataclass
@@ -130,16 +133,20 @@ def export(policy: DeployedPolicy, ckpt: dict, output: str):
         fail(f"{(e.strerror or str(e)).lower()} while writing {output}")
 
 
-def check(module, output: str, env_id: str, episodes: int, seed: int, backend: str) -> list:
+def check(module, output, env_id: str, episodes: int, seed: int, backend: str, history=None):
     """The scripts' evaluate, with onnxruntime in place of torch: the same seeds, episode i on
-    seed + EVAL_SEED_OFFSET + i, in the same waves of up to 16 envs."""
+    seed + EVAL_SEED_OFFSET + i, in the same waves of up to 16 envs (history: a student's, kept by
+    the envs of its training)."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(output, providers=["CPUExecutionProvider"])
     seed, returns = seed + module.EVAL_SEED_OFFSET, []
     for first in range(0, episodes, 16):
         n = min(16, episodes - first)
-        envs = module.make_envs(env_id, n, backend)
+        if history is not None:  # ppo_teacher_student's student
+            envs = module.make_student_envs(env_id, n, backend, history)
+        else:
+            envs = module.make_envs(env_id, n, backend)
         obs, _ = envs.reset(seed=seed + first)
         wave, finished = np.zeros(n), np.zeros(n, dtype=bool)
         while not finished.all():
@@ -170,7 +177,8 @@ def main(args: Args):
     print(f"wrote {output} ({ckpt['script']}, {ckpt['env_id']}, step {ckpt['global_step']})")
     if args.check:
         backend = args.env_backend or ckpt["args"].get("env_backend", "gymnasium")
-        returns = check(module, output, ckpt["env_id"], args.check, args.seed, backend)
+        history = ckpt["args"].get("history")
+        returns = check(module, output, ckpt["env_id"], args.check, args.seed, backend, history)
         print(f"{ckpt['env_id']}: onnxruntime deterministic return {np.mean(returns):.1f} ± "
               f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
 

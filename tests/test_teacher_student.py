@@ -1,0 +1,393 @@
+"""ppo_teacher_student.py: the teacher stays frozen, DAgger acts with the student, the student's
+history is right on real runs, fine-tuning trains what distillation froze, the distillation loss
+matches a reference, a whole run round-trips (checkpoint, --resume, --eval-checkpoint, export),
+and a student learns InvertedPendulum from a teacher trained here."""
+
+import csv
+import dataclasses
+import importlib
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+import toy_envs
+from conftest import (
+    ROOT,
+    TOY_ENV,
+    RecordingWriter,
+    only_checkpoint,
+    read_events,
+    run_script,
+    small_args,
+    toy_args,
+)
+
+import ppo_continuous as pc
+import ppo_teacher_student as ts
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))  # the tool is a script, not a package
+import export_onnx  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hopper_teacher(tmp_path_factory):
+    """A ppo_continuous.py checkpoint of two iterations on Hopper-v5 (11 obs, 3 actions)."""
+    log_dir = tmp_path_factory.mktemp("hopper_teacher")
+    pc.train(small_args(pc, log_dir, env_id="Hopper-v5"))
+    return only_checkpoint(log_dir)
+
+
+@pytest.fixture(scope="module")
+def toy_teacher(tmp_path_factory):
+    """A ppo_continuous.py checkpoint of one iteration on CountsSteps (1 obs, 1 action)."""
+    log_dir = tmp_path_factory.mktemp("toy_teacher")
+    pc.train(toy_args(pc, log_dir))
+    return only_checkpoint(log_dir)
+
+
+def hopper_args(teacher: str, log_dir, **overrides):
+    """2 envs x 64 steps of Hopper-v5, 2 iterations of distillation (one epoch of 2 minibatches)."""
+    fields = dict(env_id="Hopper-v5", teacher=teacher, history=2)
+    return small_args(ts, log_dir, **{**fields, **overrides})
+
+
+def student_and_teacher(teacher_path: str, env_id: str, history: int, **overrides):
+    """The envs, the student and the frozen teacher as train() makes them."""
+    args = ts.Args(env_id=env_id, teacher=teacher_path, history=history, num_envs=2, **overrides)
+    envs = ts.make_student_envs(env_id, args.num_envs, "gymnasium", history)
+    obs_dim = envs.single_observation_space.shape[0]
+    act_dim = envs.single_action_space.shape[0]
+    student = ts.Agent(obs_dim, act_dim, args, envs.actor_dim)
+    teacher = ts.Teacher(ts.load_checkpoint(teacher_path, ts.TEACHER_SCRIPTS), student, args)
+    return args, envs, student, teacher
+
+
+class RecordingTeacher(ts.Teacher):
+    """The Teacher that train() makes, kept in `made` for the test to inspect afterwards."""
+
+    made: list = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        RecordingTeacher.made.append(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# The teacher
+# ---------------------------------------------------------------------------------------------
+def test_the_teacher_stays_bit_identical_through_both_stages(hopper_teacher, tmp_path, monkeypatch):
+    RecordingTeacher.made.clear()
+    monkeypatch.setattr(ts, "Teacher", RecordingTeacher)
+    # 4 iterations: 2 of distillation, 2 of fine-tuning; the student's normalizer moves.
+    ts.train(hopper_args(hopper_teacher, tmp_path, total_timesteps=512, finetune_timesteps=256))
+    (teacher,) = RecordingTeacher.made
+    saved = torch.load(hopper_teacher, weights_only=True)["agent"]
+    state = teacher.agent.state_dict()
+    assert sorted(state) == sorted(saved)
+    for key, value in saved.items():  # parameters and the normalizer's buffers, bit for bit
+        assert torch.equal(state[key], value), key
+    assert {"obs_rms.mean", "obs_rms.var", "obs_rms.count"} <= set(state)
+    assert not any(p.requires_grad for p in teacher.parameters())
+    assert not teacher.agent.training
+
+
+def test_a_teacher_of_another_env_or_script_is_one_line(hopper_teacher, toy_teacher, tmp_path):
+    args = hopper_args(toy_teacher, tmp_path)
+    with pytest.raises(SystemExit, match="^error: --teacher .* was trained on toy_envs:Counts"):
+        ts.train(args)
+    with pytest.raises(SystemExit, match="^error: --teacher is required"):
+        ts.train(hopper_args(None, tmp_path))
+    for name in ("history", "finetune_timesteps"):
+        with pytest.raises(SystemExit, match=f"^error: --{name.replace('_', '-')} must be >= 0"):
+            ts.train(hopper_args(hopper_teacher, tmp_path, **{name: -1}))
+    ts.train(hopper_args(hopper_teacher, tmp_path / "student"))
+    student = only_checkpoint(tmp_path / "student")
+    with pytest.raises(SystemExit, match="not written by ppo_continuous.py or ppo_symaug.py"):
+        ts.train(hopper_args(student, tmp_path))
+
+
+def test_a_ppo_symaug_teacher_on_walker2d(tmp_path):
+    """ppo_symaug.py's checkpoints are teachers too; Walker2d's student reads its 8 positions."""
+    symaug = importlib.import_module("ppo_symaug")
+    symaug.train(small_args(symaug, tmp_path / "teacher"))
+    teacher = only_checkpoint(tmp_path / "teacher")
+    metrics = ts.train(small_args(ts, tmp_path, teacher=teacher, history=1))
+    assert np.isfinite(metrics["distill/action_mse"])
+    ckpt = ts.load_checkpoint(only_checkpoint(tmp_path))
+    assert ckpt["env_id"] == "Walker2d-v5" and ckpt["actor_dim"] == 8 + 1 * (8 + 6)
+
+
+# ---------------------------------------------------------------------------------------------
+# DAgger
+# ---------------------------------------------------------------------------------------------
+def test_dagger_acts_with_the_student_and_the_teacher_labels(toy_teacher):
+    torch.manual_seed(0)
+    args, envs, student, teacher = student_and_teacher(toy_teacher, TOY_ENV, 2, num_steps=10)
+    with torch.no_grad():
+        student.actor_logstd.fill_(-20.0)  # the student acts (almost) with its mean
+        student.actor_mean[-1].bias.fill_(-0.3)
+        teacher.agent.actor_mean[-1].bias.fill_(0.5)  # the teacher's actions are far from it
+    toy_envs.CountsSteps.log.clear()
+    carry = ts.start_episodes(envs, 0, args, torch.device("cpu"))
+    rollout = ts.collect_rollout(
+        student, teacher, envs, ts.RunningMeanStd(), carry, 0, RecordingWriter(), args
+    )
+    envs.close()
+    # The env got the student's actions (the envs step in turn: env 0, env 1 at every t).
+    sent = torch.tensor(np.array([action for _, action in toy_envs.CountsSteps.log]))
+    obs = rollout["obs"].flatten(0, 1)
+    with torch.no_grad():
+        students, teachers = student.mean_action(obs), teacher.mean_action(obs)
+    assert torch.allclose(sent, students, atol=1e-5)
+    assert not torch.allclose(sent, teachers, atol=0.1)
+    # Every visited state is labelled with the teacher's deterministic action.
+    assert torch.allclose(rollout["labels"].flatten(0, 1), teachers.clamp(-1, 1))
+
+
+def test_the_distillation_loss_matches_a_reference():
+    torch.manual_seed(3)
+    args = ts.Args(actor_layers=(8, 8))
+    student = ts.Agent(9, 2, args, actor_dim=5)
+    student.obs_rms.update(torch.randn(50, 9) * 3 + 1)
+    obs, labels = torch.randn(16, 9) * 4, torch.rand(16, 2) * 2 - 1
+    loss = ts.distill_loss(student, obs, labels).item()
+    # numpy: normalize and clip every column, the MLP on the student's 5 columns, the MSE.
+    mean, var = student.obs_rms.mean.numpy(), student.obs_rms.var.numpy()
+    x = np.clip((obs.numpy() - mean) / np.sqrt(var + 1e-8), -10, 10)[:, :5]
+    layers = [m for m in student.actor_mean if isinstance(m, torch.nn.Linear)]
+    for i, layer in enumerate(layers):
+        x = x @ layer.weight.detach().numpy().T + layer.bias.detach().numpy()
+        x = np.tanh(x) if i < len(layers) - 1 else x
+    reference = np.mean((x - labels.numpy()) ** 2)
+    assert loss == pytest.approx(reference, rel=1e-5)
+
+
+def test_distillation_trains_the_actor_s_mean_only(hopper_teacher):
+    torch.manual_seed(0)
+    args, envs, student, teacher = student_and_teacher(hopper_teacher, "Hopper-v5", 2)
+    args = ts.Args(**{**vars(args), "num_minibatches": 2, "update_epochs": 2})
+    assert not ts.set_stage(student, teacher, 0, 512, args)
+    before = {k: v.clone() for k, v in student.state_dict().items()}
+    batch = {"obs": torch.randn(64, student.obs_rms.mean.shape[0]), "labels": torch.rand(64, 3)}
+    optimizers = ts.make_optimizers(student, args)
+    metrics = ts.distill_update(student, optimizers, batch, args)
+    assert np.isfinite(metrics["losses/distill_loss"])
+    for key, value in student.state_dict().items():
+        moved = not torch.equal(value, before[key])
+        assert moved == key.startswith("actor_mean."), key
+    envs.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The history
+# ---------------------------------------------------------------------------------------------
+def test_history_on_a_real_run_through_truncations():
+    """CountsSteps: obs = step of the episode, truncated after 5 steps. Columns: [now | the 2
+    previous obs, newest first | the 2 previous actions, newest first | the env's obs]."""
+    envs = ts.make_student_envs(TOY_ENV, 2, "gymnasium", 2)
+    assert envs.actor_dim == 5 and envs.single_observation_space.shape == (6,)
+    obs, _ = envs.reset(seed=0)
+    np.testing.assert_array_equal(obs, [[0, 0, 0, 0, 0, 0]] * 2)
+    sent = []  # the actions of the episode so far
+    for t in range(1, 13):
+        actions = np.array([[0.1 * t], [-0.1 * t]])
+        obs, _, _, truncated, info = envs.step(actions)
+        sent.insert(0, actions[:, 0])  # newest first
+        step = t % 5
+        if step == 0:  # truncated: the final obs keeps the ended episode's history
+            assert truncated.all()
+            for i in range(2):
+                expected = [5, 4, 3, sent[0][i], sent[1][i], 5]
+                np.testing.assert_allclose(info["final_obs"][i], expected)
+            sent = []  # the new episode's first obs, and a fresh history
+            np.testing.assert_array_equal(obs, [[0, 0, 0, 0, 0, 0]] * 2)
+            continue
+        assert not truncated.any()
+        past_obs = [max(step - 1, 0), max(step - 2, 0)]  # before the episode: its first obs
+        for i in range(2):
+            past_actions = [sent[j][i] if j < len(sent) else 0.0 for j in range(2)]
+            expected = [step, *past_obs, *past_actions, step]
+            np.testing.assert_allclose(obs[i], expected, atol=1e-12)
+    envs.close()
+
+
+def test_history_on_a_real_run_through_terminations(hopper_teacher):
+    """Hopper-v5 with a random student: its episodes end by falling. At every step the history
+    is the last step's shifted by one (the oldest entry gone), or, after an episode's end, the
+    new first obs repeated and no actions."""
+    torch.manual_seed(1)
+    args, envs, student, teacher = student_and_teacher(hopper_teacher, "Hopper-v5", 3)
+    args = ts.Args(**{**vars(args), "num_steps": 150})
+    carry = ts.start_episodes(envs, 0, args, torch.device("cpu"))
+    rollout = ts.collect_rollout(
+        student, teacher, envs, ts.RunningMeanStd(), carry, 0, RecordingWriter(), args
+    )
+    envs.close()
+    assert rollout["terminated"].any()
+    d, a, k = 5, 3, 3  # Hopper-v5's 5 positions, 3 actions, --history 3
+    obs = rollout["obs"].numpy()
+    now, past_obs = obs[..., :d], obs[..., d : d + k * d].reshape(*obs.shape[:2], k, d)
+    past_actions = obs[..., d + k * d : d + k * (d + a)].reshape(*obs.shape[:2], k, a)
+    np.testing.assert_array_equal(now, obs[..., -11:-6])  # the positions of the env's obs
+    sent = np.clip(rollout["actions"].numpy(), -1, 1)  # Hopper's bounds are [-1, 1]
+    dones = rollout["dones"].numpy().astype(bool)
+    for t in range(1, args.num_steps):
+        for i in range(2):
+            if dones[t - 1, i]:
+                np.testing.assert_array_equal(past_obs[t, i], np.repeat(now[t, i][None], k, 0))
+                np.testing.assert_array_equal(past_actions[t, i], 0.0)
+                continue
+            np.testing.assert_array_equal(past_obs[t, i, 0], now[t - 1, i])
+            np.testing.assert_array_equal(past_obs[t, i, 1:], past_obs[t - 1, i, :-1])
+            np.testing.assert_allclose(past_actions[t, i, 0], sent[t - 1, i], atol=1e-6)
+            np.testing.assert_array_equal(past_actions[t, i, 1:], past_actions[t - 1, i, :-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning
+# ---------------------------------------------------------------------------------------------
+def test_fine_tuning_trains_what_distillation_froze(hopper_teacher, tmp_path, monkeypatch):
+    seen = {}
+
+    def recording_update(agent, optimizers, loss_fn, batch, lr_scale, args):
+        seen["requires_grad"] = {n: p.requires_grad for n, p in agent.named_parameters()}
+        seen["before"] = {n: p.detach().clone() for n, p in agent.named_parameters()}
+        result = ppo_update(agent, optimizers, loss_fn, batch, lr_scale, args)
+        seen["after"] = {n: p.detach().clone() for n, p in agent.named_parameters()}
+        return result
+
+    ppo_update = ts.ppo_update
+    monkeypatch.setattr(ts, "ppo_update", recording_update)
+    # One iteration of distillation, then one of fine-tuning (the first update).
+    ts.train(hopper_args(hopper_teacher, tmp_path, total_timesteps=256, finetune_timesteps=128))
+    assert all(seen["requires_grad"].values()), seen["requires_grad"]
+    for name in seen["before"]:  # the actor's mean, its log-std and the critic: all move
+        assert not torch.equal(seen["before"][name], seen["after"][name]), name
+    teacher = torch.load(hopper_teacher, weights_only=True)["agent"]
+    for name in ("critic.0.weight", "critic.4.bias"):  # the critic started as the teacher's
+        assert torch.equal(seen["before"][name], teacher[name])
+    # The critic's columns of the normalizer are the teacher's, and stayed frozen.
+    saved = torch.load(only_checkpoint(tmp_path), weights_only=True)["agent"]
+    assert torch.equal(saved["obs_rms.mean"][-11:], teacher["obs_rms.mean"])
+
+
+# ---------------------------------------------------------------------------------------------
+# A whole run
+# ---------------------------------------------------------------------------------------------
+def test_a_run_round_trips_checkpoint_resume_eval_and_export(hopper_teacher, tmp_path):
+    args = hopper_args(hopper_teacher, tmp_path, total_timesteps=512, finetune_timesteps=256)
+    metrics = ts.train(args)
+    for tag in ("distill/action_mse", "eval/teacher_return", "eval/episodic_return"):
+        assert np.isfinite(metrics[tag]), tag
+    for tag in ("losses/policy_loss", "losses/value_loss"):  # the last iteration fine-tuned
+        assert np.isfinite(metrics[tag]), tag
+    (run_dir,) = tmp_path.glob("*")
+    events = read_events(run_dir)
+    for tag in ("losses/distill_loss", "distill/action_mse", "eval/teacher_return"):
+        assert all(np.isfinite(e.value) for e in events.Scalars(tag)), tag
+    path = only_checkpoint(tmp_path)
+    ckpt = ts.load_checkpoint(path)
+    assert ckpt["actor_dim"] == 5 + 2 * (5 + 3) and ckpt["obs_dim"] == ckpt["actor_dim"] + 11
+    student = ts.Agent(ckpt["obs_dim"], ckpt["act_dim"], ts.saved_args(ckpt), ckpt["actor_dim"])
+    student.load_state_dict(ckpt["agent"])
+    returns, _ = ts.evaluate(student, args, None, "again")
+    assert returns.mean() == pytest.approx(metrics["eval/episodic_return"])
+    done = run_script("ppo_teacher_student", "--eval-checkpoint", path, "--eval-episodes", "1")
+    assert done.returncode == 0, done.stderr
+    assert f"deterministic return {returns.mean():.1f}" in done.stdout
+    # The export reads the student's columns only: its deployable obs and history.
+    module, _, policy = export_onnx.load_policy(path)
+    assert module is ts
+    obs = torch.as_tensor(ts.make_student_envs("Hopper-v5", 1, "gymnasium", 2).reset(0)[0])
+    obs = obs.float()
+    with torch.no_grad():
+        exported = policy(obs[:, : ckpt["actor_dim"]])
+        # Hopper's bounds are [-1, 1]: the scaling is the identity, up to rounding.
+        assert torch.allclose(exported, student.mean_action(obs).clamp(-1, 1), atol=1e-6)
+    resumed = ts.train(ts.Args(**{**vars(args), "resume": path, "total_timesteps": 640}))
+    assert resumed["global_step"] == 640
+    assert torch.load(path, weights_only=True)["global_step"] == 640
+
+
+def test_the_onnx_export_checks_against_evaluation(hopper_teacher, tmp_path):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    ts.train(hopper_args(hopper_teacher, tmp_path))
+    path = only_checkpoint(tmp_path)
+    done = run_script("tools/export_onnx", path, "--check", "1")
+    assert done.returncode == 0, done.stderr
+    evaluated = run_script("ppo_teacher_student", "--eval-checkpoint", path, "--eval-episodes", "1")
+    expected = evaluated.stdout.split("deterministic return ")[1].split(" ")[0]
+    assert f"onnxruntime deterministic return {expected}" in done.stdout
+
+
+def test_a_resume_goes_on_distilling(hopper_teacher, tmp_path):
+    ts.train(hopper_args(hopper_teacher, tmp_path))
+    path = only_checkpoint(tmp_path)
+    first = torch.load(path, weights_only=True)
+    ts.train(ts.Args(**{**vars(hopper_args(hopper_teacher, tmp_path)), "resume": path,
+                        "total_timesteps": 384}))  # fmt: skip
+    resumed = torch.load(path, weights_only=True)
+    assert resumed["global_step"] == 384
+    for key, value in first["agent"].items():  # the actor's mean learns; the rest stays frozen
+        moved = not torch.equal(resumed["agent"][key], value)
+        assert moved == (key.startswith("actor_mean.") or key.startswith("obs_rms.")), key
+    with pytest.raises(SystemExit, match="^error: --history cannot change on resume"):
+        ts.train(ts.Args(**{**vars(hopper_args(hopper_teacher, tmp_path)), "resume": path,
+                            "total_timesteps": 512, "history": 3}))  # fmt: skip
+
+
+def test_go1_student_reads_state_and_history(tmp_path):
+    """EnvPool's Go1: the teacher, an ordinary ppo_continuous.py checkpoint, acts on `state` (48);
+    the student reads `state` and its history; the critic reads [state | privileged_state]."""
+    pytest.importorskip("envpool")
+    fields = dict(env_id="Go1JoystickFlatTerrain-v1", env_backend="envpool")
+    pc.train(small_args(pc, tmp_path / "teacher", **fields))
+    teacher = only_checkpoint(tmp_path / "teacher")
+    metrics = ts.train(small_args(ts, tmp_path, teacher=teacher, history=1, **fields))
+    assert np.isfinite(metrics["distill/action_mse"])
+    ckpt = ts.load_checkpoint(only_checkpoint(tmp_path))
+    assert ckpt["actor_dim"] == 48 + 1 * (48 + 12) and ckpt["obs_dim"] == ckpt["actor_dim"] + 171
+    with pytest.raises(SystemExit, match="^error: --finetune-timesteps starts the critic"):
+        ts.train(small_args(ts, tmp_path, teacher=teacher, finetune_timesteps=128, **fields))
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_student_on_positions_learns_inverted_pendulum_from_its_teacher(tmp_path):
+    """The teacher reads InvertedPendulum's positions and velocities, the student its 2 positions
+    and their history: it reaches 0.8 of its teacher's deterministic return."""
+    teacher = importlib.import_module("ppo_continuous")
+    env_id = "InvertedPendulum-v5"
+    teacher.train(teacher.Args(env_id=env_id, total_timesteps=40_960, log_dir=str(tmp_path / "t")))
+    path = only_checkpoint(tmp_path / "t")
+    args = ts.Args(env_id=env_id, teacher=path, total_timesteps=20_480, log_dir=str(tmp_path))
+    metrics = ts.train(args)
+    print(f"teacher {metrics['eval/teacher_return']:.1f}, student "
+          f"{metrics['eval/episodic_return']:.1f}")  # fmt: skip
+    assert metrics["eval/episodic_return"] >= 0.8 * metrics["eval/teacher_return"]
+
+
+def test_the_benchmark_appends_a_row_of_real_runs(hopper_teacher, tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import distill
+
+    output = tmp_path / "distill.csv"
+    args = distill.Args(teachers=(hopper_teacher,), seeds=(2,), distill_steps=2048, eval_every=0)
+    distill.main(dataclasses.replace(args, eval_episodes=1, log_dir=str(tmp_path / "runs"),
+                                     output=str(output)))  # fmt: skip
+    with open(output) as file:
+        (row,) = list(csv.DictReader(file))
+    assert list(row) == distill.COLUMNS
+    assert row["env_id"] == "Hopper-v5" and row["seed"] == "2" and row["distill_steps"] == "2048"
+    # The teacher's 256 steps and the student's 2048, in whole batches of 8 envs x 256 steps.
+    assert int(row["scratch_steps"]) == 2048
+    for name in ("teacher_eval_return", "student_eval_return", "action_mse", "scratch_eval_return"):
+        assert np.isfinite(float(row[name])), name
+    (scratch,) = (tmp_path / "runs").glob("*/scratch/*/checkpoint.pt")
+    ckpt = torch.load(scratch, weights_only=True)
+    assert ckpt["actor_dim"] == 5 + 3 * (5 + 3)  # the student's observation and history
