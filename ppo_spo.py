@@ -942,8 +942,7 @@ def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progre
 
 def load_checkpoint(path: str) -> dict:
     """weights_only: tensors and plain values, no code; a run directory means its checkpoint.pt."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "checkpoint.pt")
+    path = os.path.join(path, "checkpoint.pt") if os.path.isdir(path) else path
     if not os.path.exists(path):
         fail(f"checkpoint not found: {path}")
     try:
