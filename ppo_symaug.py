@@ -1042,7 +1042,7 @@ def check_finite(run: dict, metrics: dict, agent, progress: dict):
 
 
 def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
-    """After an iteration: --eval-every's evaluation (best: best.pt), checkpoint.pt; the stop."""
+    """--eval-every's evaluation (best.pt), checkpoint.pt; a signal in them: returned as stop."""
     agent, args, progress = state["agent"], state["args"], state["progress"]
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
@@ -1105,7 +1105,7 @@ def resume_command(checkpoint_path: str) -> str:
 @contextlib.contextmanager
 def run_guard(run: dict, args: Args):
     """open_run; a first SIGINT or SIGTERM sets "signum" (yielded), checked between iterations and
-    evaluation steps (a KeyboardInterrupt can hang TensorBoard's close()); a second: at once."""
+    evaluation steps (a KeyboardInterrupt can hang the writer's close()); a second stops at once."""
     stop, previous = {"signum": 0}, {}  # signal handlers can only be set on the main thread
     run["signals"], run["lock"] = stop, None
     if threading.current_thread() is threading.main_thread():
