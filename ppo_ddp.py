@@ -794,14 +794,13 @@ def check_args(args: Args):
 
 def plan_run(args: Args, ckpt: dict | None) -> dict:
     """The iterations to run, in whole batches up to --total-timesteps (a resume: from its step)."""
-    global_step = 0
+    global_step = 0 if ckpt is None else ckpt["global_step"]
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
             fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
         for name in ("actor_layers", "critic_layers", "optimizer", "asymmetric_critic"):
             if getattr(args, name) != ckpt["args"][name]:
                 fail(f"{flag(name)} cannot change on resume (saved: {ckpt['args'][name]})")
-        global_step = ckpt["global_step"]
     batch_size = args.num_envs * args.num_steps  # of one rank, in its minibatches
     if batch_size % args.num_minibatches:
         fail(f"batch size {batch_size} is not divisible by --num-minibatches "
@@ -853,8 +852,15 @@ def new_run_dir(args: Args) -> str:
             return path
 
 
-def lock_run_dir(run_dir: str):
-    """A second process in the run directory is refused; the kernel frees the lock at any exit."""
+def run_dir_of(path: str) -> str:
+    """The run directory of a checkpoint (or the directory itself)."""
+    return os.path.abspath(path) if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+
+def open_run(run: dict, args: Args):
+    """Locks the run dir (a second process is refused; the kernel frees the lock at any exit), says
+    the start line, opens the TensorBoard writer, with the settings as a table in its TEXT tab."""
+    run_dir = run["dir"]
     file = open(os.open(os.path.join(run_dir, ".lock"), os.O_RDWR | os.O_CREAT), "r+")
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -862,16 +868,8 @@ def lock_run_dir(run_dir: str):
         fail(f"{run_dir} is in use by process {file.read().strip()}; wait for it, or stop it")
     file.truncate(0)
     print(os.getpid(), file=file, flush=True)
-    return file
-
-
-def run_dir_of(path: str) -> str:
-    """The run directory of a checkpoint (or the directory itself)."""
-    return os.path.abspath(path) if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-
-
-def make_writer(run_dir: str, args: Args) -> SummaryWriter:
-    """TensorBoard writer of the run, with the settings as a table in its TEXT tab."""
+    run["lock"] = file
+    say(run["start_line"])
     if args.track:  # Extra: W&B mirrors every TensorBoard tag; a resumed run goes on in its run
         wandb = importlib.import_module("wandb")
         # W&B's files: $WANDB_DIR or ./wandb (in the run directory it would sync its own copies)
@@ -879,10 +877,9 @@ def make_writer(run_dir: str, args: Args) -> SummaryWriter:
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, id=run_id,
                    name=os.path.basename(run_dir), config=vars(args), sync_tensorboard=True,
                    resume="allow")  # fmt: skip
-    writer = SummaryWriter(run_dir)
+    run["writer"] = SummaryWriter(run_dir)
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
-    writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
-    return writer
+    run["writer"].add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
 
 def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: dict) -> dict:
@@ -893,8 +890,7 @@ def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: d
     logged["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
     for key, value in logged.items():
         run["writer"].add_scalar(key, value, step)
-    shown = "-"  # until the first episode ends
-    recent = carry["episodes"][-10:]
+    shown, recent = "-", carry["episodes"][-10:]  # "-": until the first episode ends
     if recent:
         logged["charts/episodic_return"] = float(np.mean([r for r, _ in recent]))
         logged["charts/episodic_length"] = float(np.mean([n for _, n in recent]))
@@ -918,8 +914,7 @@ def check_finite(run: dict, metrics: dict, agent, progress: dict):
 
 
 def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
-    """After an iteration: every --eval-every a deterministic evaluation (the best policy: best.pt);
-    checkpoint.pt every --checkpoint-every, at the end and on a stop (one in it too: returned)."""
+    """--eval-every's evaluation (best.pt), checkpoint.pt; a signal in them: returned as stop."""
     agent, args, progress = state["agent"], state["args"], state["progress"]
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
@@ -982,9 +977,8 @@ def resume_command(checkpoint_path: str) -> str:
 
 @contextlib.contextmanager
 def run_guard(run: dict, args: Args):
-    """Locks the run dir, then says its start line, opens its writer. A first SIGINT or SIGTERM sets
-    "signum" (yielded), checked between iterations and evaluation steps (a KeyboardInterrupt in
-    TensorBoard's writer can hang its close()); a second stops at once, unsaved: exit 128 + n."""
+    """open_run; a first SIGINT or SIGTERM sets "signum" (yielded), checked between iterations and
+    evaluation steps (a KeyboardInterrupt can hang the writer's close()); a second stops at once."""
     stop, previous = {"signum": 0}, {}  # signal handlers can only be set on the main thread
     run["signals"], run["lock"] = stop, None
     if threading.current_thread() is threading.main_thread():
@@ -993,9 +987,7 @@ def run_guard(run: dict, args: Args):
     thread_hook, threading.excepthook = threading.excepthook, quiet_write_errors
     try:
         if run["dir"]:  # ppo_ddp: rank 0's
-            run["lock"] = lock_run_dir(run["dir"])
-            say(run["start_line"])
-            run["writer"] = make_writer(run["dir"], args)
+            open_run(run, args)
         yield stop
     except KeyboardInterrupt:  # the state may be half-updated, so none is saved
         last = run["checkpoint"] if os.path.exists(run["checkpoint"]) else "none yet"
@@ -1065,8 +1057,7 @@ def save_checkpoint(path: str, agent, optimizers, reward_rms, args: Args, progre
 
 def load_checkpoint(path: str) -> dict:
     """weights_only: tensors and plain values, no code; a run directory means its checkpoint.pt."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "checkpoint.pt")
+    path = os.path.join(path, "checkpoint.pt") if os.path.isdir(path) else path
     if not os.path.exists(path):
         fail(f"checkpoint not found: {path}")
     try:
@@ -1138,8 +1129,7 @@ def saved_args(ckpt: dict) -> Args:
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    """One pass: a --resume run's saved settings (an --eval-checkpoint's env) are the defaults, so
-    every flag typed wins, even one set to its default. --help: the docstring's first line."""
+    """A --resume run's settings (--eval-checkpoint's env) are the defaults: a typed flag wins."""
     paths = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     paths.add_argument("--resume")
     paths.add_argument("--eval-checkpoint")
@@ -1159,8 +1149,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 @torch.no_grad()
 def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict | None = None):
-    """Returns of --eval-episodes with the mean action (episode i on seed --seed + EVAL_SEED_OFFSET
-    + i) in waves of up to 16 envs (bounded memory; None if a signal cut them), videos/name.mp4."""
+    """Returns of --eval-episodes with the mean action, in waves of 16 envs (bounded memory)."""
     device, seed, returns = agent.actor_logstd.device, args.seed + EVAL_SEED_OFFSET, []
     video, frames = videos and f"{videos}/{name}.mp4", []
     if args.eval_episodes > 16:  # in waves: it takes a while, so say it
@@ -1242,10 +1231,8 @@ class CheckedEnv(gym.wrappers.FlattenObservation):
 
 class EnvPoolVectorEnv:
     """--env-backend envpool in make_envs's contract. EnvPool resets an env on the step after its
-    last (NEXT_STEP) and seeds at creation: here it is reset by id at once, its last obs kept in
-    info["final_obs"], and reset(seed=s) makes a new pool, env i seeded s + i as in gymnasium. A
-    robot's Dict obs is laid flat, [state | privileged_state] (actor_dim: state's size); at an
-    episode's end info["reward_terms"] holds each reward term's mean per step."""
+    last (NEXT_STEP) and seeds at creation: here an env is reset by id at once, and reset(seed=s)
+    makes a new pool, seeded as gymnasium's envs are. A robot's Dict obs is laid flat."""
 
     def __init__(self, env_id: str, num_envs: int, **kwargs):
         if importlib.util.find_spec("envpool") is None:
@@ -1297,8 +1284,7 @@ class EnvPoolVectorEnv:
 
 
 def start_mujoco(args: Args) -> bool:
-    """Before any env loads MuJoCo, its renderer (MUJOCO_GL): EGL without a screen, none if it fails
-    to load. Whether to film: --capture-video and a first frame rendered (if not, one line why)."""
+    """MUJOCO_GL before any env loads MuJoCo; whether to film (a frame rendered, or why not)."""
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")
     error = rendering_error(args.env_id) if args.capture_video else None
