@@ -925,7 +925,8 @@ def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
             stop = run["signals"]["signum"]
         else:
             mean_return = float(returns.mean())
-            say(f"eval at step {step}: {mean_return:.1f} over {len(returns)} episodes "
+            say(f"eval at step {step}: {mean_return:.1f} over {len(returns)} episode"
+                f"{'s' * (len(returns) != 1)} "
                 f"({time.time() - start:.0f} s)")  # fmt: skip
             run["writer"].add_scalar("eval/periodic_return", mean_return, step)
             if mean_return > progress["best_eval"]:
@@ -1151,7 +1152,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
 def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict | None = None):
     """Returns of --eval-episodes with the mean action, in waves of 16 envs (bounded memory)."""
     device, seed, returns = agent.actor_logstd.device, args.seed + EVAL_SEED_OFFSET, []
-    video, frames = videos and f"{videos}/{name}.mp4", []
+    video, frames, fps = videos and f"{videos}/{name}.mp4", [], None
     if args.eval_episodes > 16:  # in waves: it takes a while, so say it
         say(f"evaluating {args.eval_episodes} episodes in waves of 16")
     for first in range(0, args.eval_episodes, 16):
@@ -1170,7 +1171,7 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
                 frames.append(envs.envs[0].render())
             wave += reward * ~finished
             finished |= done
-        fps = envs.envs[0].metadata.get("render_fps", 30) if film else None
+        fps = envs.envs[0].metadata.get("render_fps", 30) if film else fps  # the first wave's
         envs.close()
         if not finished.all():  # stopped by a signal
             return None, video

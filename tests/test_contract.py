@@ -200,7 +200,7 @@ def test_eval_checkpoint_records_a_video(name, tmp_path, capsys):
     args = script.Args(eval_checkpoint=saved_run, eval_episodes=1)
     args.capture_video, args.video_dir = True, str(videos)
     script.train(args)
-    (video,) = videos.glob("*/eval_checkpoint_step256.mp4")
+    (video,) = videos.glob("*/eval_checkpoint_step256_*.mp4")  # _<time>: a re-film is new
     assert video.stat().st_size > 1000
     out = capsys.readouterr().out
     assert f"wrote {video}" in out

@@ -51,7 +51,7 @@ def test_the_largest_count_and_seed_are_held(tmp_path, capsys):
     run = ppo.plan_run(args, None)
     assert run["end_step"] == (2**63 - 1) // 128 * 128
     torch.manual_seed(args.seed)
-    run.update(start_time=0.0, writer=RecordingWriter())
+    run.update(start_time=0.0, eval_seconds=0.0, writer=RecordingWriter())
     optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
     progress = {"global_step": 128, "iteration": 1}
     ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)  # 1 SPS: an ETA of 2**63 s
@@ -252,3 +252,19 @@ def test_compile_and_thousands_of_envs_say_what_takes_the_time(tmp_path, capsys)
     assert capsys.readouterr().out == "making 256 envs\n"
     start_line = ppo.start_run(args, plan, False)["start_line"]
     assert "note: --compile: the first update compiles the loss first" in start_line
+
+
+def test_a_video_of_more_than_one_wave_keeps_its_frame_rate(tmp_path, monkeypatch):
+    """17 evaluation episodes are two waves; the video (the first wave's first episode) is saved
+    at the env's frame rate, not at the second wave's None."""
+    ppo = importlib.import_module("ppo_continuous")
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    args = ppo.Args(env_id="InvertedPendulum-v5", eval_episodes=17, capture_video=True)
+    if not ppo.start_mujoco(dataclasses.replace(args, video_dir=str(tmp_path))):
+        pytest.skip("no offscreen rendering here")
+    saved = {}
+    imageio = importlib.import_module("imageio")
+    monkeypatch.setattr(imageio, "mimsave", lambda path, frames, fps: saved.update(fps=fps))
+    ppo.evaluate(ppo.Agent(4, 1, args), args, str(tmp_path), "two_waves")
+    expected = ppo.gym.make("InvertedPendulum-v5").metadata["render_fps"]
+    assert saved["fps"] == expected > 0
