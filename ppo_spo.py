@@ -753,26 +753,23 @@ def run_dir_of(path: str) -> str:
 
 
 def open_run(run: dict, args: Args):
-    """Locks the run dir (a second process is refused; the kernel frees the lock at any exit), says
-    the start line, opens the TensorBoard writer, with the settings as a table in its TEXT tab."""
-    run_dir = run["dir"]
-    file = open(os.open(os.path.join(run_dir, ".lock"), os.O_RDWR | os.O_CREAT), "r+")
+    """Locks the run dir (freed at any exit), says the start line, opens TensorBoard (and W&B)."""
+    file = open(os.open(os.path.join(run["dir"], ".lock"), os.O_RDWR | os.O_CREAT), "r+")
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        fail(f"{run_dir} is in use by process {file.read().strip()}; wait for it, or stop it")
+        fail(f"{run['dir']} is in use by process {file.read().strip()}; wait for it, or stop it")
     file.truncate(0)
     print(os.getpid(), file=file, flush=True)
     run["lock"] = file
     say(run["start_line"])
     if args.track:  # Extra: W&B mirrors every TensorBoard tag; a resumed run goes on in its run
-        wandb = importlib.import_module("wandb")
+        wandb, name = importlib.import_module("wandb"), os.path.basename(run["dir"])
         # W&B's files: $WANDB_DIR or ./wandb (in the run directory it would sync its own copies)
-        run_id = re.sub(r"[^A-Za-z0-9_-]", "-", os.path.basename(run_dir))[-64:]
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, id=run_id,
-                   name=os.path.basename(run_dir), config=vars(args), sync_tensorboard=True,
-                   resume="allow")  # fmt: skip
-    run["writer"] = SummaryWriter(run_dir)
+        run_id = re.sub(r"[^A-Za-z0-9_-]", "-", name)[-64:]
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, id=run_id, name=name,
+                   config=vars(args), sync_tensorboard=True, resume="allow")  # fmt: skip
+    run["writer"] = SummaryWriter(run["dir"])
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
     run["writer"].add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
 
@@ -821,8 +818,7 @@ def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
         else:
             mean_return = float(returns.mean())
             say(f"eval at step {step}: {mean_return:.1f} over {len(returns)} episode"
-                f"{'s' * (len(returns) != 1)} "
-                f"({time.time() - start:.0f} s)")  # fmt: skip
+                f"{'s' * (len(returns) != 1)} ({time.time() - start:.0f} s)")  # fmt: skip
             run["writer"].add_scalar("eval/periodic_return", mean_return, step)
             if mean_return > progress["best_eval"]:
                 progress["best_eval"] = mean_return
@@ -966,8 +962,7 @@ def load_checkpoint(path: str) -> dict:
 def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
     """Load the saved state into the new objects; return the run's progress."""
     agent.load_state_dict(ckpt["agent"])
-    for opt, state in zip(optimizers, ckpt["optimizers"]):
-        # load_state_dict brings back the saved groups' settings: the flags given now win.
+    for opt, state in zip(optimizers, ckpt["optimizers"]):  # flags given now win over saved ones
         settings = [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
         opt.load_state_dict(state)
         for group, setting in zip(opt.param_groups, settings):
@@ -1018,8 +1013,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     paths = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     paths.add_argument("--resume")
     paths.add_argument("--eval-checkpoint")
-    found = paths.parse_known_args(argv)[0]
-    default = Args()
+    found, default = paths.parse_known_args(argv)[0], Args()
     if found.eval_checkpoint is not None:  # its env, on the backend it was trained on
         saved = load_checkpoint(found.eval_checkpoint)["args"]
         default.env_id, default.env_backend = saved["env_id"], saved.get("env_backend", "gymnasium")
@@ -1115,9 +1109,8 @@ class CheckedEnv(gym.wrappers.FlattenObservation):
 
 
 class EnvPoolVectorEnv:
-    """--env-backend envpool in make_envs's contract. EnvPool resets an env on the step after its
-    last (NEXT_STEP) and seeds at creation: here an env is reset by id at once, and reset(seed=s)
-    makes a new pool, seeded as gymnasium's envs are. A robot's Dict obs is laid flat."""
+    """--env-backend envpool in make_envs's contract: a done env is reset by id at once (EnvPool's
+    NEXT_STEP: a step later), reset(seed=s) makes a new seeded pool; a Dict obs is laid flat."""
 
     def __init__(self, env_id: str, num_envs: int, **kwargs):
         if importlib.util.find_spec("envpool") is None:
@@ -1132,14 +1125,12 @@ class EnvPoolVectorEnv:
         self.keys = list(getattr(space, "spaces", {}))  # a robot's: state, privileged_state
         sizes = [space[key].shape for key in self.keys] if self.keys else [space.shape]
         vectors = {len(size) for size in sizes} == {1}  # not pixels, not a board
-        acts = type(self.single_action_space).__name__
+        seen, acts = self.keys or space.shape, type(self.single_action_space).__name__
         if not vectors or self.keys not in ([], ["state", "privileged_state"]) or acts != "Box":
-            seen = self.keys or space.shape
             fail(f"EnvPool's {env_id} observes {seen}, acts in {acts}: the scripts need a vector "
                  "or Dict(state, privileged_state), and Box actions")  # fmt: skip
         self.actor_dim = sizes[0][0]  # the Agent's actor reads these first columns
-        total = sum(size[0] for size in sizes)
-        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (total,))
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (sum(s[0] for s in sizes),))
 
     def flat(self, obs):
         return np.concatenate([obs[key] for key in self.keys], -1) if self.keys else obs
