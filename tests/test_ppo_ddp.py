@@ -489,19 +489,28 @@ finally:
 """
 
 
-@pytest.fixture(scope="module", params=["--ddp", "--no-ddp"])
-def default_two_rank_run(request, tmp_path_factory):
-    """2 iterations of 2 ranks x 2 envs x 64 steps, default seeds, checked every iteration."""
-    log_dir = tmp_path_factory.mktemp("runs")
-    driver = log_dir.parent / "seeds_of_each_rank.py"
-    driver.write_text(SEEDS_OF_EACH_RANK)
-    proc = torchrun(
-        str(driver), *SMALL, request.param, *flags(total_timesteps=512, check_sync_every=1),
-        "--log-dir", str(log_dir),
-    )  # fmt: skip
-    out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0, err[-3000:]
-    return request.param, out, log_dir
+@pytest.fixture(scope="module")
+def runs_of_both_modes(tmp_path_factory):
+    """2 iterations of 2 ranks x 2 envs x 64 steps, default seeds, checked every iteration: the
+    same job with --ddp and with --no-ddp."""
+    runs = {}
+    for mode in ("--ddp", "--no-ddp"):
+        log_dir = tmp_path_factory.mktemp("runs")
+        driver = log_dir.parent / "seeds_of_each_rank.py"
+        driver.write_text(SEEDS_OF_EACH_RANK)
+        proc = torchrun(
+            str(driver), *SMALL, mode, *flags(total_timesteps=512, check_sync_every=1),
+            "--log-dir", str(log_dir),
+        )  # fmt: skip
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+        runs[mode] = out, log_dir
+    return runs
+
+
+@pytest.fixture(params=["--ddp", "--no-ddp"])
+def default_two_rank_run(request, runs_of_both_modes):
+    return request.param, *runs_of_both_modes[request.param]
 
 
 def test_each_rank_steps_its_own_episodes_with_the_same_parameters(default_two_rank_run):
@@ -540,14 +549,10 @@ def test_rank_0_logs_its_episodes_at_the_global_step(default_two_rank_run):
 
 
 @pytest.fixture(scope="module")
-def losses_of_both_modes(tmp_path_factory):
+def losses_of_both_modes(runs_of_both_modes):
     """Rank 0's losses of each iteration of the same job with --ddp and with --no-ddp."""
     losses = {}
-    for mode in ("--ddp", "--no-ddp"):
-        log_dir = tmp_path_factory.mktemp("modes")
-        proc = torchrun("ppo_ddp.py", *SMALL, mode, *flags(total_timesteps=512, log_dir=log_dir))
-        _, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err[-3000:]
+    for mode, (_, log_dir) in runs_of_both_modes.items():
         events = read_events(next(log_dir.iterdir()))
         tags = ("losses/policy_loss", "losses/value_loss", "losses/approx_kl")
         losses[mode] = {tag: [e.value for e in events.Scalars(tag)] for tag in tags}

@@ -557,11 +557,14 @@ def test_command_line_error_has_no_traceback_and_comes_first(ppo, capsys):
     assert "note:" not in capsys.readouterr().out
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits(ppo, tmp_path):
+# ppo_spo's and ppo_symaug's harness (signals included) is ppo_continuous's: test_contract.py
+@pytest.mark.parametrize("name", ["ppo_continuous", "ppo_ddp"])
+def test_ctrl_c_saves_a_checkpoint_and_exits(name, tmp_path):
+    ppo = importlib.import_module(name)
     proc = subprocess.Popen(
         [
             sys.executable,
-            f"{ppo.__name__}.py",
+            f"{name}.py",
             *flags(num_envs=2, num_steps=64, num_minibatches=2, log_dir=str(tmp_path)),
         ],
         cwd=ROOT,
