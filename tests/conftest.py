@@ -22,6 +22,25 @@ RUN_TAGS = ("charts/SPS", "charts/learning_rate", "charts/episodic_return", "eva
 CLEANRL_TAGS = {"charts/episodic_return", "charts/SPS", "losses/approx_kl", "eval/episodic_return"}
 
 
+# The test files, longest first (their seconds in .ci/run on 2026-12-04, idle): --dist loadfile
+# hands whole files to the 2 workers in collection order (pytest.ini: --no-loadscope-reorder), so
+# the last files to start are short ones and both workers finish together. A file not listed
+# goes last.
+LONGEST_FIRST = ["test_ppo_ddp", "test_ppo_family", "test_appo_vtrace", "test_research_use"]
+LONGEST_FIRST += ["test_seams", "test_checkpoints_and_cli", "test_robots", "test_contract"]
+LONGEST_FIRST += ["test_hard_cases", "test_teacher_student", "test_track", "test_export_onnx"]
+LONGEST_FIRST += ["test_envpool", "test_robot_symmetry", "test_benchmarks", "test_ppo_symaug"]
+
+
+def file_rank(item) -> int:
+    name = item.path.stem
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=file_rank)  # stable: each file's own order stays
+
+
 @pytest.fixture(scope="module", params=ALL_SCRIPTS)
 def script(request):
     """Each of the five scripts, imported as a module."""
