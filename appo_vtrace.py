@@ -102,6 +102,7 @@ class Args:
     weight_decay: float = 0.0  # decoupled, every group (AdamW, Muon): p -= lr * wd * p per step
     compile: bool = False  # torch.compile the loss computation of the update
     asymmetric_critic: bool = True  # robots: the critic reads privileged_state where the env has it
+    privileged_actor: bool = False  # robots: the actor reads it too (a teacher, not deployable)
 
     # Extras (0: off)
     bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
@@ -212,7 +213,7 @@ class Agent(nn.Module):
         # Robots: obs is [state | privileged_state]. The actor reads state, what the deployed robot
         # senses. The critic serves only in training, so it may read what only the simulator knows
         # (asymmetric actor-critic, Pinto et al. 2018): better values, the same deployable policy.
-        self.actor_dim = obs_dim if actor_dim is None else actor_dim
+        self.actor_dim = obs_dim if actor_dim is None or args.privileged_actor else actor_dim
         privileged = args.asymmetric_critic and self.actor_dim < obs_dim
         self.critic_cols = slice(self.actor_dim, None) if privileged else slice(0, self.actor_dim)
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
@@ -910,9 +911,11 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
             fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
-        for name in ("actor_layers", "critic_layers", "optimizer", "asymmetric_critic"):
-            if getattr(args, name) != ckpt["args"][name]:
-                fail(f"{flag(name)} cannot change on resume (saved: {ckpt['args'][name]})")
+        for name in ("actor_layers", "critic_layers", "optimizer", "asymmetric_critic",
+                     "privileged_actor"):  # fmt: skip
+            saved = ckpt["args"].get(name, False)  # privileged_actor: absent in older checkpoints
+            if getattr(args, name) != saved:
+                fail(f"{flag(name)} cannot change on resume (saved: {saved})")
     batch_size = args.num_rollouts * args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
         fail(f"batch size {batch_size} is not divisible by --num-minibatches "

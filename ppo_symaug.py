@@ -81,6 +81,7 @@ class Args:
     vf_coef: float = 0.5  # value loss coefficient
     max_grad_norm: float = 0.5  # max gradient norm, applied to actor and critic separately
     asymmetric_critic: bool = True  # robots: the critic reads privileged_state where the env has it
+    privileged_actor: bool = False  # robots: the actor reads it too (a teacher, not deployable)
     target_kl: float | None = None  # stop the epochs of an update once approx_kl exceeds this
     actor_layers: tuple[int, ...] = (64, 64)  # hidden layer sizes of the actor MLP
     critic_layers: tuple[int, ...] = (64, 64)  # hidden layer sizes of the critic MLP
@@ -208,7 +209,7 @@ class Agent(nn.Module):
         # Robots: obs is [state | privileged_state]. The actor reads state, what the deployed robot
         # senses. The critic serves only in training, so it may read what only the simulator knows
         # (asymmetric actor-critic, Pinto et al. 2018): better values, the same deployable policy.
-        self.actor_dim = obs_dim if actor_dim is None else actor_dim
+        self.actor_dim = obs_dim if actor_dim is None or args.privileged_actor else actor_dim
         privileged = args.asymmetric_critic and self.actor_dim < obs_dim
         self.critic_cols = slice(self.actor_dim, None) if privileged else slice(0, self.actor_dim)
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
@@ -928,9 +929,11 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
     if ckpt is not None:
         if ckpt["env_id"] != args.env_id:
             fail(f"the checkpoint holds a policy for {ckpt['env_id']}, not for {args.env_id}")
-        for name in ("actor_layers", "critic_layers", "optimizer", "symmetry", "asymmetric_critic"):
-            if getattr(args, name) != ckpt["args"][name]:
-                fail(f"{flag(name)} cannot change on resume (saved: {ckpt['args'][name]})")
+        for name in ("actor_layers", "critic_layers", "optimizer", "symmetry", "asymmetric_critic",
+                     "privileged_actor"):  # fmt: skip
+            saved = ckpt["args"].get(name, False)  # privileged_actor: absent in older checkpoints
+            if getattr(args, name) != saved:
+                fail(f"{flag(name)} cannot change on resume (saved: {saved})")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
         fail(f"batch size {batch_size} is not divisible by --num-minibatches "

@@ -82,6 +82,26 @@ def test_the_actor_reads_state_and_the_critic_privileged_state_on_a_real_run(
     assert rows([critic]) <= (privileged if asymmetric else states) | unused  # where truncated
 
 
+def test_a_privileged_actor_reads_state_and_privileged_state_and_keeps_it_on_resume(
+    tmp_path, monkeypatch
+):
+    """--privileged-actor (a teacher for ppo_teacher_student.py): every input the actor got is a
+    whole [state | privileged_state] the env gave; the checkpoint says so, a resume keeps it."""
+    script = importlib.import_module("ppo_continuous")
+    seen = recording(script, monkeypatch)
+    script.train(go1_args(script, tmp_path / "run", norm_obs=False, privileged_actor=True))
+    pairs = zip(seen["state"], seen["privileged_state"])
+    whole = rows(np.concatenate(pair, -1) for pair in pairs)
+    actor = torch.cat([x.flatten(0, -2) for x in seen["actor"]]).numpy()
+    assert actor.shape[1] == STATE + PRIVILEGED and rows([actor]) <= whole
+    checkpoint = only_checkpoint(tmp_path / "run")
+    saved = script.saved_args(script.load_checkpoint(checkpoint))
+    assert script.load_checkpoint(checkpoint)["actor_dim"] == STATE + PRIVILEGED
+    args = dataclasses.replace(saved, resume=checkpoint, total_timesteps=512)
+    with pytest.raises(SystemExit, match="--privileged-actor cannot change on resume"):
+        script.train(dataclasses.replace(args, privileged_actor=False))
+
+
 def test_the_adapter_lays_the_dict_flat_and_averages_each_reward_term_over_its_episode():
     """EnvPoolVectorEnv against the pool's own numbers: obs is [state | privileged_state]
     (final_obs too), and at an episode's end info["reward_terms"][name] is the mean of that

@@ -354,6 +354,22 @@ def test_go1_student_reads_state_and_history(tmp_path):
         ts.train(small_args(ts, tmp_path, teacher=teacher, finetune_timesteps=128, **fields))
 
 
+def test_a_go1_teacher_on_privileged_state_is_distilled_and_fine_tuned(tmp_path):
+    """#44's robot setting: the teacher's actor reads [state | privileged_state]
+    (ppo_continuous.py --privileged-actor), the student state and its history; its critic then
+    reads what the teacher's did, so fine-tuning starts from it."""
+    pytest.importorskip("envpool")
+    fields = dict(env_id="Go1JoystickFlatTerrain-v1", env_backend="envpool")
+    pc.train(small_args(pc, tmp_path / "teacher", privileged_actor=True, **fields))
+    teacher = only_checkpoint(tmp_path / "teacher")
+    assert pc.load_checkpoint(teacher)["actor_dim"] == 48 + 123
+    metrics = ts.train(small_args(ts, tmp_path, teacher=teacher, history=1, **fields,
+                                  finetune_timesteps=128))  # fmt: skip
+    assert np.isfinite(metrics["distill/action_mse"])
+    ckpt = ts.load_checkpoint(only_checkpoint(tmp_path))
+    assert ckpt["actor_dim"] == 48 + 1 * (48 + 12) and ckpt["obs_dim"] == ckpt["actor_dim"] + 171
+
+
 # ---------------------------------------------------------------------------------------------
 # Learning
 # ---------------------------------------------------------------------------------------------
