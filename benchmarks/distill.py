@@ -130,11 +130,17 @@ def plot(curves_csv: str, env_id: str):  # into plots/ beside the CSV
         return
     with open(curves_csv) as file:
         rows = [row for row in csv.DictReader(file) if row["env_id"] == env_id]
+    latest = {}  # (method, seed): its last run's points (a rerun, e.g. longer, starts over)
+    for row in rows:
+        points = latest.setdefault((row["method"], row["seed"]), [])
+        if points and int(row["step"]) <= int(points[-1]["step"]):
+            points.clear()
+        points.append(row)
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, color in (("student", "tab:blue"), ("scratch", "tab:orange")):
         seeds = sorted({row["seed"] for row in rows if row["method"] == method})
         for seed in seeds:
-            points = [r for r in rows if r["method"] == method and r["seed"] == seed]
+            points = latest[(method, seed)]
             steps = [int(r["step"]) for r in points]
             returns = [float(r["eval_return"]) for r in points]
             label = method if seed == seeds[0] else None  # one legend entry per method

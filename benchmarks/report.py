@@ -116,11 +116,13 @@ def table(rows: list[dict]) -> str:
         number = lambda key, runs=runs: [  # noqa: E731
             float(r[key]) if r[key] != "" else float("nan") for r in runs
         ]
+        sps = [v for v in number("sps") if v == v]  # a run without its SPS (paused, or older)
+        sps = f"{np.mean(sps):.0f}" if sps else "–"
         line = (
             f"| {env_id} | `{script}` | {f'`{flags}`' if flags else ''} | {int(steps):,} "
             f"| {seed_list(runs)} | {mean_std(number('final_return'))} "
             f"| {mean_std(number('eval_return'))} | {best_eval(number('max_eval_return'))} "
-            f"| {np.nanmean(number('sps')):.0f} |"
+            f"| {sps} |"
         )
         if flags in DEFAULT_FLAGS:
             task = env_id.split("-v")[0]
