@@ -95,9 +95,9 @@ def test_a_privileged_actor_reads_state_and_privileged_state_and_keeps_it_on_res
     actor = torch.cat([x.flatten(0, -2) for x in seen["actor"]]).numpy()
     assert actor.shape[1] == STATE + PRIVILEGED and rows([actor]) <= whole
     checkpoint = only_checkpoint(tmp_path / "run")
-    saved = script.saved_args(script.load_checkpoint(checkpoint))
-    assert script.load_checkpoint(checkpoint)["actor_dim"] == STATE + PRIVILEGED
-    args = dataclasses.replace(saved, resume=checkpoint, total_timesteps=512)
+    ckpt = script.load_checkpoint(checkpoint)
+    assert ckpt["actor_dim"] == STATE + PRIVILEGED
+    args = dataclasses.replace(script.saved_args(ckpt), resume=checkpoint, total_timesteps=512)
     with pytest.raises(SystemExit, match="--privileged-actor cannot change on resume"):
         script.train(dataclasses.replace(args, privileged_actor=False))
 
