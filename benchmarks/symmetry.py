@@ -8,7 +8,9 @@
     python benchmarks/symmetry.py --checkpoints benchmarks/runs/Walker2d-v5__*/checkpoint.pt
 
 Works for checkpoints of ppo_continuous.py and ppo_symaug.py (any script whose checkpoint names
-it); the mirror maps come from ppo_symaug.make_mirror_fns. Rows are appended to symmetry.csv.
+it), on gymnasium and on EnvPool's robots (Go1JoystickFlatTerrain-v1: the flat [state |
+privileged_state] is mirrored part by part); the mirror maps come from ppo_symaug.make_mirror_fns.
+Rows are appended to symmetry.csv.
 """
 
 import dataclasses
@@ -41,16 +43,22 @@ class Args:
 
 
 @torch.no_grad()
-def visited_states(agent, script, env_id: str, steps: int, seed: int = 0) -> torch.Tensor:
-    envs = script.make_envs(env_id, 1)
+def visited_states(agent, script, env_id: str, steps: int, backend: str, seed: int = 0):
+    """The raw observations the deterministic policy visits in one env, and the parts of the flat
+    observation (a robot's {"state": size, "privileged_state": size}; {} for a vector)."""
+    envs = script.make_envs(env_id, 1, backend)
     obs, _ = envs.reset(seed=seed)
     states = []
     for _ in range(steps):
         states.append(obs[0].copy())
-        mean = agent.actor_mean(agent.normalize(torch.as_tensor(obs, dtype=torch.float32)))
+        mean = agent.mean_action(torch.as_tensor(obs, dtype=torch.float32))
         obs, *_ = envs.step(script.scale_action(mean.numpy(), envs.single_action_space))
+    parts = {}
+    if getattr(envs, "keys", None):  # EnvPoolVectorEnv of a robot: state first
+        size = envs.single_observation_space.shape[0]
+        parts = {"state": envs.actor_dim, "privileged_state": size - envs.actor_dim}
     envs.close()
-    return torch.as_tensor(np.stack(states), dtype=torch.float32)
+    return torch.as_tensor(np.stack(states), dtype=torch.float32), parts
 
 
 def state_asymmetry(states: torch.Tensor, mirror_obs) -> float:
@@ -98,10 +106,14 @@ def main(args: Args):
         except pickle.UnpicklingError:
             raise SystemExit(f"error: refusing {path}: it holds more than tensors and plain values")
         script = importlib.import_module(ckpt["script"])
-        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt))
+        actor_dim = ckpt["agent"]["actor_mean.0.weight"].shape[1]  # a robot's: state only
+        saved = script.saved_args(ckpt)
+        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], saved, actor_dim)
         agent.load_state_dict(ckpt["agent"])
         mirror_obs, mirror_act = ppo_symaug.make_mirror_fns(ckpt["env_id"])
-        states = visited_states(agent, script, ckpt["env_id"], args.steps)
+        backend = ckpt["args"].get("env_backend", "gymnasium")
+        states, parts = visited_states(agent, script, ckpt["env_id"], args.steps, backend)
+        mirror_obs = ppo_symaug.flat_mirror(mirror_obs, parts)
         error = ppo_symaug.symmetry_error(agent, states, mirror_obs, mirror_act)
         rows.append(
             {

@@ -87,6 +87,33 @@ def test_state_asymmetry_is_zero_on_the_mirror_invariant_subspace():
     assert state_asymmetry(legs_as_one, mirror_obs) == 0.0
 
 
+def test_symmetry_of_go1_policies_mirrors_state_and_privileged_state_part_by_part(tmp_path):
+    """symmetry.py on EnvPool's Go1: a --symmetry network policy (symmetric by construction)
+    measures 0 on the states it visits, the committed ppo_continuous.py policy does not; with
+    the flat observation mirrored as one vector, or its parts mixed up, the first is not 0."""
+    pytest.importorskip("envpool")
+    import symmetry
+
+    import ppo_symaug
+
+    args = ppo_symaug.Args(
+        env_id="Go1JoystickFlatTerrain-v1", env_backend="envpool", symmetry="network",
+        total_timesteps=128, num_envs=4, num_steps=32, num_minibatches=2, update_epochs=1,
+        eval_episodes=1, log_dir=str(tmp_path / "runs"),
+    )  # fmt: skip
+    ppo_symaug.train(args)
+    (network,) = (tmp_path / "runs").glob("*/checkpoint.pt")
+    plain = os.path.join(
+        ROOT, "benchmarks", "robots", "ppo_continuous-Go1JoystickFlatTerrain-v1.pt"
+    )
+    output = tmp_path / "symmetry.csv"
+    symmetry.main(symmetry.Args(checkpoints=(str(network), plain), steps=300, output=str(output)))
+    rows = list(csv.DictReader(open(output)))
+    assert [row["script"] for row in rows] == ["ppo_symaug.py", "ppo_continuous.py"]
+    assert float(rows[0]["symmetry_error"]) <= 1e-10
+    assert float(rows[1]["symmetry_error"]) > 0.01
+
+
 def test_symmetry_rows_name_the_flags_that_differ_from_the_defaults():
     """symmetry.csv's flags column, from the checkpoint's saved settings: the training settings
     that differ from today's defaults, as flags; seed, env and logging are columns or do not
