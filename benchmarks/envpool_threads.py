@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -88,8 +89,6 @@ def train_sps(env_id: str, threads: int, iterations: int, log_dir: str) -> int:
 
 
 def main(args: Args):
-    import tempfile
-
     rows = []
     with tempfile.TemporaryDirectory() as log_dir:
         for env_id in args.env_ids:

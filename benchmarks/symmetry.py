@@ -107,8 +107,7 @@ def main(args: Args):
             raise SystemExit(f"error: refusing {path}: it holds more than tensors and plain values")
         script = importlib.import_module(ckpt["script"])
         actor_dim = ckpt["agent"]["actor_mean.0.weight"].shape[1]  # a robot's: state only
-        saved = script.saved_args(ckpt)
-        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], saved, actor_dim)
+        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt), actor_dim)
         agent.load_state_dict(ckpt["agent"])
         mirror_obs, mirror_act = ppo_symaug.make_mirror_fns(ckpt["env_id"])
         backend = ckpt["args"].get("env_backend", "gymnasium")

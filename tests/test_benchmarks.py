@@ -89,8 +89,8 @@ def test_state_asymmetry_is_zero_on_the_mirror_invariant_subspace():
 
 def test_symmetry_of_go1_policies_mirrors_state_and_privileged_state_part_by_part(tmp_path):
     """symmetry.py on EnvPool's Go1: a --symmetry network policy (symmetric by construction)
-    measures 0 on the states it visits, the committed ppo_continuous.py policy does not; with
-    the flat observation mirrored as one vector, or its parts mixed up, the first is not 0."""
+    measures 0 on the states it visits, the committed ppo_continuous.py policy does not. With
+    the flat observation's parts mixed up (or mirrored as one vector) this test fails."""
     pytest.importorskip("envpool")
     import symmetry
 
