@@ -15,10 +15,13 @@ Every number is what a real run returned, never an estimate. Rerunning appends.
   their history, HistoryVectorEnv of ppo_teacher_student.py; its critic reads the whole obs, as the
   student's fine-tuning critic does) for the teacher's steps plus the distillation's, the same
   total env steps. ppo_continuous.py has no option for that observation, so its make_envs is
-  wrapped here, in this process only (evaluation included).
+  wrapped here, in this process only (evaluation included). It trains with its teacher's flags
+  (`recipe`: a robot teacher's recipe and backend), less those that name a run; the student with
+  the teacher's backend and actor layers and the script's defaults otherwise.
 """
 
 import csv
+import dataclasses
 import functools
 import glob
 import os
@@ -89,10 +92,24 @@ def append(path: str, columns: list[str], rows: list[dict]):
         writer.writerows(rows)
 
 
+# What names a run, not how it learns: a scratch run's own. The rest of its teacher's flags is
+# the scratch run's recipe (a robot teacher's: the robot recipe, its EnvPool backend).
+OWN = {"seed", "total_timesteps", "privileged_actor", "resume", "init_from", "eval_checkpoint"}
+OWN |= {"eval_every", "eval_episodes", "log_dir", "exp_name", "capture_video", "track"}
+
+
+def recipe(ckpt: dict) -> dict:
+    """The teacher's training flags that ppo_continuous.py has, less those that name a run."""
+    fields = {field.name for field in dataclasses.fields(ppo_continuous.Args)}
+    return {k: v for k, v in ckpt["args"].items() if k in fields and k not in OWN}
+
+
 def distil(teacher: str, seed: int, args: Args, run_dir: str) -> dict:
     ts = ppo_teacher_student
     ckpt = ts.load_checkpoint(teacher, ts.TEACHER_SCRIPTS)
     fields = dict(env_id=ckpt["env_id"], teacher=teacher, seed=seed, history=args.history)
+    fields.update(env_backend=ckpt["args"].get("env_backend", "gymnasium"))
+    fields.update(actor_layers=ckpt["args"]["actor_layers"])  # a student as wide as its teacher
     fields.update(total_timesteps=args.distill_steps, eval_every=args.eval_every)
     fields.update(eval_episodes=args.eval_episodes, log_dir=os.path.join(run_dir, "student"))
     metrics = ts.train(ts.Args(**fields))
@@ -104,7 +121,7 @@ def distil(teacher: str, seed: int, args: Args, run_dir: str) -> dict:
     if args.scratch:  # the same total env steps as the teacher's and the distillation's
         steps = ckpt["global_step"] + metrics["global_step"]
         pc = ppo_continuous
-        fields = dict(env_id=ckpt["env_id"], seed=seed, total_timesteps=steps)
+        fields = dict(recipe(ckpt), env_id=ckpt["env_id"], seed=seed, total_timesteps=steps)
         fields.update(eval_every=args.eval_every, eval_episodes=args.eval_episodes)
         fields.update(log_dir=os.path.join(run_dir, "scratch"))
         original = pc.make_envs

@@ -7,7 +7,8 @@ For each env and round, for each --threads value in turn:
 - raw: the pool's env steps per second with random actions and no learning (--num-envs envs);
 - train: the SPS that ppo_continuous.py reports for --iterations iterations of the robot recipe
   (32 envs x 128 steps, 5 epochs, 256-128 networks), its pool made with that many threads (the
-  scripts make theirs with one: this process patches envpool.make_gymnasium, in a child process).
+  scripts make theirs with two since this measurement; a child process patches
+  envpool.make_gymnasium).
 Rows go to benchmarks/sps_threads.csv.
 """
 
@@ -34,7 +35,7 @@ import json, sys, envpool
 import ppo_continuous as pc
 threads, env_id, iterations, log_dir, recipe = json.loads(sys.argv[1])
 make = envpool.make_gymnasium
-def make_with_threads(*args, **kwargs):  # the script asks for num_threads=1
+def make_with_threads(*args, **kwargs):  # overrides the script's own num_threads
     return make(*args, **{**kwargs, "num_threads": threads})
 envpool.make_gymnasium = make_with_threads
 batch = recipe["num_envs"] * recipe["num_steps"]

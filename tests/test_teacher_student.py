@@ -399,10 +399,35 @@ def test_the_benchmark_appends_a_row_of_real_runs(hopper_teacher, tmp_path):
         (row,) = list(csv.DictReader(file))
     assert list(row) == distill.COLUMNS
     assert row["env_id"] == "Hopper-v5" and row["seed"] == "2" and row["distill_steps"] == "2048"
-    # The teacher's 256 steps and the student's 2048, in whole batches of 8 envs x 256 steps.
-    assert int(row["scratch_steps"]) == 2048
+    # The teacher's 256 steps and the student's 2048, in the teacher's batches of 2 envs x 64 steps.
+    assert int(row["scratch_steps"]) == 256 + 2048
     for name in ("teacher_eval_return", "student_eval_return", "action_mse", "scratch_eval_return"):
         assert np.isfinite(float(row[name])), name
     (scratch,) = (tmp_path / "runs").glob("*/scratch/*/checkpoint.pt")
     ckpt = torch.load(scratch, weights_only=True)
     assert ckpt["actor_dim"] == 5 + 3 * (5 + 3)  # the student's observation and history
+
+
+def test_the_benchmark_trains_a_robot_s_student_and_scratch_run_with_its_teacher_s_recipe(tmp_path):
+    """A Go1 teacher of the robot recipe: the student distils on its EnvPool backend, as wide as
+    the teacher's actor; the scratch run takes the teacher's flags (not the defaults) but reads
+    the student's observation, not privileged_state."""
+    pytest.importorskip("envpool")
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import distill
+
+    fields = dict(env_id="Go1JoystickFlatTerrain-v1", env_backend="envpool", gamma=0.97)
+    pc.train(small_args(pc, tmp_path / "teacher", privileged_actor=True, actor_layers=(32,),
+                        **fields))  # fmt: skip
+    args = distill.Args(teachers=(only_checkpoint(tmp_path / "teacher"),), seeds=(1,))
+    distill.main(dataclasses.replace(args, distill_steps=2048, eval_every=0, eval_episodes=1,
+                                     log_dir=str(tmp_path / "runs"),
+                                     output=str(tmp_path / "distill.csv")))  # fmt: skip
+    (student,) = (tmp_path / "runs").glob("*/student/*/checkpoint.pt")
+    assert torch.load(student, weights_only=True)["args"]["actor_layers"] == (32,)
+    (scratch,) = (tmp_path / "runs").glob("*/scratch/*/checkpoint.pt")
+    ckpt = torch.load(scratch, weights_only=True)
+    assert ckpt["actor_dim"] == 48 + 3 * (48 + 12) and not ckpt["args"]["privileged_actor"]
+    saved = {name: ckpt["args"][name] for name in ("env_backend", "gamma", "num_envs")}
+    assert saved == {"env_backend": "envpool", "gamma": 0.97, "num_envs": 2}
+    assert ckpt["args"]["actor_layers"] == (32,) and ckpt["global_step"] == 256 + 2048
