@@ -4,7 +4,8 @@ them, and append one row per checkpoint to robots.csv (and results.csv).
     python benchmarks/robots.py --checkpoints runs/Go1JoystickFlatTerrain-v1__*/checkpoint.pt \
         --wall-seconds 5400 --plot
 
-For each checkpoint: --episodes deterministic episodes (the mean action) with sensor noise as in
+For each checkpoint (a ppo_teacher_student.py student's too, on its observation and history):
+--episodes deterministic episodes (the mean action) with sensor noise as in
 training, episode i on seed --seed + 10000 + i as the scripts' evaluation. Each episode's reward
 terms are averaged per step (EnvPool's info, as the scripts' reward_terms/<name> tags); a fall is
 an episode that terminated before its time limit. --plot draws commanded against measured base
@@ -78,15 +79,17 @@ def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
     """The episodes' returns, lengths, falls and per-step reward terms; with trace, the first
     episode's commanded and measured (vx, vy, yaw rate) per step."""
     args = script.saved_args(ckpt)
-    envs = script.make_envs(ckpt["env_id"], episodes, "envpool")
+    if hasattr(script, "make_student_envs"):  # a student: its observation and history
+        envs = script.make_student_envs(ckpt["env_id"], episodes, "envpool", args.history)
+    else:
+        envs = script.make_envs(ckpt["env_id"], episodes, "envpool")
     obs, _ = envs.reset(seed=args.seed + script.EVAL_SEED_OFFSET)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=int)
     finished, fell = np.zeros(episodes, dtype=bool), np.zeros(episodes, dtype=bool)
     terms, steps = {}, []
-    state = ckpt["actor_dim"]
     while not finished.all():
         if trace and not finished[0]:  # Go1: state's command, privileged_state's vx, vy, gyro z
-            privileged = obs[0, state:]
+            privileged = obs[0, -123:]  # the env's obs ends with it (a student's starts with state)
             steps.append([*obs[0, 45:48], privileged[57], privileged[58], privileged[50]])
         mean = agent.mean_action(torch.as_tensor(obs, dtype=torch.float32))
         action = script.scale_action(mean.numpy(), envs.single_action_space)

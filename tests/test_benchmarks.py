@@ -359,3 +359,36 @@ def test_posture_measures_speed_and_flips_as_the_simulator_does():
     assert measured["speed"] == pytest.approx(np.mean(velocities), abs=0.02)
     assert measured["upside_down"] == pytest.approx(np.mean(flipped), abs=0.01)
     assert np.mean(velocities) < -0.05  # the speed check is not one of zeros
+
+
+def test_robots_evaluates_a_privileged_teacher_and_its_student_on_the_env_s_own_slots(tmp_path):
+    """benchmarks/robots.py on a Go1 teacher whose actor reads [state | privileged_state] and on
+    its student (state and its history): each trace's first step holds the command and the
+    measured velocities that a pool of the same seeds shows, read here by key (state[45:48];
+    privileged_state[57], [58], [50]); every episode gets its per-step reward terms."""
+    pytest.importorskip("envpool")
+    import envpool
+    import numpy as np
+    import robots
+
+    import ppo_continuous as pc
+    import ppo_teacher_student as ts
+
+    fields = dict(env_id="Go1JoystickFlatTerrain-v1", env_backend="envpool", total_timesteps=128)
+    fields.update(num_envs=2, num_steps=64, num_minibatches=2, update_epochs=1, eval_episodes=1)
+    pc.train(pc.Args(**fields, privileged_actor=True, log_dir=str(tmp_path / "teacher")))
+    (teacher,) = (tmp_path / "teacher").glob("*/checkpoint.pt")
+    ts.train(ts.Args(**fields, teacher=str(teacher), history=2, log_dir=str(tmp_path / "student")))
+    (student,) = (tmp_path / "student").glob("*/checkpoint.pt")
+    seed = pc.Args().seed + pc.EVAL_SEED_OFFSET
+    pool = envpool.make_gymnasium(fields["env_id"], num_envs=2, seed=[seed, seed + 1])
+    first = pool.reset()[0]
+    pool.close()
+    state, privileged = first["state"][0], first["privileged_state"][0]
+    expected = [*state[45:48], privileged[57], privileged[58], privileged[50]]
+    for path in (teacher, student):
+        script, ckpt, agent = robots.load(str(path))
+        result = robots.evaluate(script, ckpt, agent, episodes=2, trace=True)
+        np.testing.assert_allclose(result["trace"][0], expected, rtol=1e-6, err_msg=str(path))
+        for name in ("tracking_lin_vel", "tracking_ang_vel"):
+            assert np.isfinite(result["terms"][name]).all() and result["terms"][name].any()
