@@ -674,6 +674,7 @@ def running_actors(run: dict, state: dict):
 def train(args: Args) -> dict[str, float]:
     """Train with exactly these settings; with args.resume, go on with that checkpoint's run."""
     check_args(args)  # Harness: bad input in one line, before anything runs
+    torch.set_num_threads(args.threads)  # evaluation's too: other threads, other float sums
     can_film = start_mujoco(args)  # Harness: before any env loads MuJoCo; one frame, if filmed
     if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
         return evaluate_checkpoint(args, can_film)
@@ -681,7 +682,6 @@ def train(args: Args) -> dict[str, float]:
     ckpt = load_checkpoint(args.resume) if args.resume is not None else None
     plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
     torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.cuda else "cpu")
     envs = make_envs(args.env_id, 1, args.env_backend)  # a bad env id fails here, before the actors
     obs_dim = int(np.prod(envs.single_observation_space.shape))

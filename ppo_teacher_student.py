@@ -494,6 +494,7 @@ def set_learning_rate(optimizers, scale: float):
 def train(args: Args) -> dict[str, float]:
     """Train with exactly these settings; with args.resume, go on with that checkpoint's run."""
     check_args(args)  # Harness: bad input in one line, before anything runs
+    torch.set_num_threads(args.threads)  # evaluation's too: other threads, other float sums
     can_film = start_mujoco(args)  # Harness: before any env loads MuJoCo; one frame, if filmed
     if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
         return evaluate_checkpoint(args, can_film)
@@ -502,7 +503,6 @@ def train(args: Args) -> dict[str, float]:
     plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
     teacher_ckpt = check_distillation(args, ckpt)  # the teacher's checkpoint, loaded as data
     torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if args.cuda else "cpu")

@@ -79,6 +79,7 @@ def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
     """The episodes' returns, lengths, falls and per-step reward terms; with trace, the first
     episode's commanded and measured (vx, vy, yaw rate) per step."""
     args = script.saved_args(ckpt)
+    torch.set_num_threads(args.threads)  # the run's: other threads sum floats in another order
     if hasattr(script, "make_student_envs"):  # a student: its observation and history
         envs = script.make_student_envs(ckpt["env_id"], episodes, "envpool", args.history)
     else:

@@ -11,7 +11,7 @@ import re
 
 import pytest
 import torch
-from conftest import ROOT, only_checkpoint, read_events, small_args
+from conftest import ALL_SCRIPTS, ROOT, only_checkpoint, read_events, small_args
 
 EXTRA_BAD_INPUT = {  # flags only a variant has
     "ppo_symaug": [(dict(mirror_loss_coef=-1.0), "--mirror-loss-coef must be >= 0")],
@@ -94,6 +94,25 @@ def test_bad_input_is_one_line_before_any_env_is_built(script, tmp_path, monkeyp
 def test_eval_checkpoint_checks_its_flags_too(script, saved_run):
     with pytest.raises(SystemExit, match="--eval-episodes must be positive, got 0"):
         script.train(script.Args(eval_checkpoint=saved_run, eval_episodes=0))
+
+
+@pytest.mark.parametrize("name", [*ALL_SCRIPTS, "ppo_teacher_student"])
+def test_eval_checkpoint_runs_on_the_run_s_threads(name, monkeypatch):
+    """--eval-checkpoint evaluates with --threads, as the run's own evaluations did: torch's
+    default (one per core) sums the networks' floats in another order, and a robot's chaotic
+    episodes then end elsewhere (a Go1 student's 10-episode return: 17.124 against its run's
+    17.070, found in benchmarks/distill.py's runs)."""
+    script, seen = importlib.import_module(name), []
+    monkeypatch.setattr(
+        script, "evaluate_checkpoint", lambda *_: seen.append(torch.get_num_threads())
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        script.train(script.Args(eval_checkpoint="any.pt", threads=1))
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]
 
 
 def test_track_without_wandb_names_the_pip_command(script, tmp_path, monkeypatch):
