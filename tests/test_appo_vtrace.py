@@ -378,6 +378,7 @@ def test_actors_seed_apart_and_a_resume_goes_on_from_its_update(tmp_path, monkey
     log = tmp_path / "seeds.log"
     monkeypatch.setenv("SEED_LOG", str(log))  # RecordsSeeds writes there in each actor
     monkeypatch.setenv("SEED_PROCESSES", "3")  # and waits until all 3 actors have
+    monkeypatch.setenv("SEED_ENVS", "2")  # seeded both their envs
     args = small_args(appo, tmp_path, env_id="toy_envs:RecordsSeeds-v0", num_actors=3, seed=5)
     args = dataclasses.replace(args, tau=0.5)  # a target that trails the learner
     appo.train(dataclasses.replace(args, num_steps=16, total_timesteps=64))  # 2 updates of 32

@@ -218,18 +218,22 @@ for name, entry_point in [
 
 class RecordsSeeds(AlwaysTruncates):
     """AlwaysTruncates that, in a child process (appo_vtrace.py's actor), appends "pid seed" to the
-    file $SEED_LOG for each seed it is reset with, then waits (up to 60 s) until $SEED_PROCESSES
-    processes have: every actor has seeded its envs before the learner can finish."""
+    file $SEED_LOG for each seed it is reset with; the last of a process's $SEED_ENVS envs then
+    waits (up to 60 s) until $SEED_PROCESSES processes have written as many: every actor has seeded
+    all its envs before the learner can finish. (Waiting for the processes alone let a loaded actor
+    be stopped between its first env's seed and its second's.)"""
 
     def reset(self, seed=None, options=None):
         path = os.environ.get("SEED_LOG")
         if seed is not None and path and multiprocessing.parent_process() is not None:
             with open(path, "a") as file:
                 file.write(f"{os.getpid()} {seed}\n")
+            envs, processes = int(os.environ["SEED_ENVS"]), int(os.environ["SEED_PROCESSES"])
             deadline = time.time() + 60
-            while time.time() < deadline and len(seeding_processes(path)) < int(
-                os.environ["SEED_PROCESSES"]
-            ):
+            while len(seeding_processes(path)[os.getpid()]) >= envs and time.time() < deadline:
+                seeded = [len(seeds) >= envs for seeds in seeding_processes(path).values()]
+                if sum(seeded) >= processes:
+                    break
                 time.sleep(0.05)
         return super().reset(seed=seed, options=options)
 
