@@ -229,13 +229,16 @@ class RecordsSeeds(AlwaysTruncates):
             with open(path, "a") as file:
                 file.write(f"{os.getpid()} {seed}\n")
             envs, processes = int(os.environ["SEED_ENVS"]), int(os.environ["SEED_PROCESSES"])
+            last = len(seeding_processes(path)[os.getpid()]) == envs  # this process's last env
             deadline = time.time() + 60
-            while len(seeding_processes(path)[os.getpid()]) >= envs and time.time() < deadline:
-                seeded = [len(seeds) >= envs for seeds in seeding_processes(path).values()]
-                if sum(seeded) >= processes:
-                    break
+            while last and time.time() < deadline and fully_seeded(path, envs) < processes:
                 time.sleep(0.05)
         return super().reset(seed=seed, options=options)
+
+
+def fully_seeded(path: str, envs: int) -> int:
+    """How many processes of a RecordsSeeds log have seeded all their envs."""
+    return sum(len(seeds) >= envs for seeds in seeding_processes(path).values())
 
 
 def seeding_processes(path: str) -> dict[int, list[int]]:
