@@ -2,6 +2,8 @@
 
 * symmetry_error: mean squared difference between the actor mean at mirrored states and the
   mirrored actor mean (0 for an exactly symmetric policy);
+* clipped_symmetry_error: the same of the actions the env applies, the means clipped to [-1, 1]
+  first (a mean drifted past the bound moves nothing: its asymmetry out there is not the gait's);
 * state_asymmetry: how far the visited states are from their own mirror images (0 when the robot
   moves on the mirror-invariant subspace, e.g. a Walker2d whose two legs move as one).
 
@@ -73,6 +75,15 @@ def state_asymmetry(states: torch.Tensor, mirror_obs) -> float:
     return (((mirror_obs(states) - states) ** 2).sum(-1).mean() / spread).item()
 
 
+@torch.no_grad()
+def clipped_symmetry_error(agent, states: torch.Tensor, mirror_obs, mirror_act) -> float:
+    """symmetry_mse of the clipped means. The mirror only permutes actions and flips their signs,
+    so it commutes with the clip to the symmetric [-1, 1]: clipping before or after it agrees."""
+    mean = agent.mean_action(states).clamp(-1.0, 1.0)
+    mirrored_mean = agent.mean_action(mirror_obs(states)).clamp(-1.0, 1.0)
+    return ppo_symaug.symmetry_mse(mean, mirrored_mean, mirror_act).item()
+
+
 def flags_of(script, saved: dict) -> str:
     """The checkpoint's training settings that differ from the script's defaults today, written as
     flags (results.csv's flags column). env_id and the steps have their own columns; the fields
@@ -114,6 +125,7 @@ def main(args: Args):
         states, parts = visited_states(agent, script, ckpt["env_id"], args.steps, backend)
         mirror_obs = ppo_symaug.flat_mirror(mirror_obs, parts)
         error = ppo_symaug.symmetry_error(agent, states, mirror_obs, mirror_act)
+        clipped = clipped_symmetry_error(agent, states, mirror_obs, mirror_act)
         rows.append(
             {
                 "script": f"{ckpt['script']}.py",
@@ -122,6 +134,7 @@ def main(args: Args):
                 "flags": flags_of(script, ckpt["args"]),
                 "global_step": ckpt["global_step"],
                 "symmetry_error": f"{error:.3g}",
+                "clipped_symmetry_error": f"{clipped:.3g}",
                 "state_asymmetry": f"{state_asymmetry(states, mirror_obs):.3g}",
                 "checkpoint": path,
                 "date": datetime.date.today().isoformat(),

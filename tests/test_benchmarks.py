@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import ROOT, flags, read_events
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # its tools are scripts, not a package
@@ -87,6 +88,36 @@ def test_state_asymmetry_is_zero_on_the_mirror_invariant_subspace():
     assert state_asymmetry(legs_as_one, mirror_obs) == 0.0
 
 
+class ToyActor:
+    """An actor whose mean is offset + 0.9 tanh(W s): inside the bounds unless offset pushes it."""
+
+    def __init__(self, offset):
+        self.w = torch.randn(17, 6, generator=torch.Generator().manual_seed(1))
+        self.offset = torch.as_tensor(offset, dtype=torch.float32)
+
+    def mean_action(self, obs):
+        return self.offset + 0.9 * torch.tanh(obs @ self.w)
+
+
+def test_clipped_symmetry_error_measures_the_actions_the_env_applies():
+    """Inside the bounds the clipped error is the plain one; a policy whose only asymmetry is how
+    far past +1 its legs' means lie (3 on the right, 5 on the left) applies symmetric actions:
+    clipped error 0, while the plain one sees the (5 - 3)^2 = 4."""
+    from symmetry import clipped_symmetry_error
+
+    import ppo_symaug
+
+    mirror_obs, mirror_act = ppo_symaug.make_mirror_fns("Walker2d-v5")
+    states = torch.randn(500, 17, generator=torch.Generator().manual_seed(0))
+    inside = ToyActor([0.0] * 6)
+    plain = ppo_symaug.symmetry_error(inside, states, mirror_obs, mirror_act)
+    assert plain > 0.05
+    assert clipped_symmetry_error(inside, states, mirror_obs, mirror_act) == pytest.approx(plain)
+    saturated = ToyActor([3.0] * 3 + [5.0] * 3)
+    assert ppo_symaug.symmetry_error(saturated, states, mirror_obs, mirror_act) > 3.0
+    assert clipped_symmetry_error(saturated, states, mirror_obs, mirror_act) == 0.0
+
+
 def test_symmetry_of_go1_policies_mirrors_state_and_privileged_state_part_by_part(tmp_path):
     """symmetry.py on EnvPool's Go1: a --symmetry network policy (symmetric by construction)
     measures 0 on the states it visits, the committed ppo_continuous.py policy does not. With
@@ -111,6 +142,7 @@ def test_symmetry_of_go1_policies_mirrors_state_and_privileged_state_part_by_par
     rows = list(csv.DictReader(open(output)))
     assert [row["script"] for row in rows] == ["ppo_symaug.py", "ppo_continuous.py"]
     assert float(rows[0]["symmetry_error"]) <= 1e-10
+    assert float(rows[0]["clipped_symmetry_error"]) <= 1e-10
     assert float(rows[1]["symmetry_error"]) > 0.01
 
 
