@@ -424,3 +424,23 @@ def test_robots_evaluates_a_privileged_teacher_and_its_student_on_the_env_s_own_
         np.testing.assert_allclose(result["trace"][0], expected, rtol=1e-6, err_msg=str(path))
         for name in ("tracking_lin_vel", "tracking_ang_vel"):
             assert np.isfinite(result["terms"][name]).all() and result["terms"][name].any()
+
+
+def test_robots_evaluates_on_the_run_s_threads(monkeypatch):
+    """benchmarks/robots.py evaluates with the run's --threads, as the run's own evaluation did:
+    another thread count sums the networks' floats in another order, and a chaotic robot episode
+    then ends elsewhere (a Go1 student's re-evaluation differed from its run's by 0.05)."""
+    import robots
+
+    path = os.path.join(ROOT, "benchmarks", "robots", "ppo_continuous-Go1JoystickFlatTerrain-v1.pt")
+    script, ckpt, agent = robots.load(path)
+    seen = []
+    monkeypatch.setattr(script, "make_envs", lambda *_: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(AttributeError):  # make_envs gave None: the evaluation stops there
+            robots.evaluate(script, ckpt, agent, episodes=1, trace=False)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [ckpt["args"]["threads"]] == [1]
