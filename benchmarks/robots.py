@@ -11,6 +11,11 @@ terms are averaged per step (EnvPool's info, as the scripts' reward_terms/<name>
 an episode that terminated before its time limit. --plot draws commanded against measured base
 velocity (privileged_state's local linear velocity and gyro, not noised) over the first episode
 (Go1's slots; benchmarks/plots/<script>-<env>-velocity.png).
+
+--curves draws the runs' training curves of the two tracking terms (the per-episode
+reward_terms/tracking_* tags, averaged over bins of --bin-steps) against the goal:
+
+    python benchmarks/robots.py --curves runs/A runs/B --labels "R, seed 1" "RB, seed 1"
 """
 
 import csv
@@ -35,7 +40,7 @@ DEFAULTS_SKIPPED |= {"env_id", "env_backend", "total_timesteps"}
 
 @dataclass
 class Args:
-    checkpoints: tuple[str, ...]
+    checkpoints: tuple[str, ...] = ()
     """checkpoint.pt (or best.pt) files of robot runs: one row each"""
     episodes: int = 10
     """deterministic episodes per checkpoint"""
@@ -47,6 +52,14 @@ class Args:
     """commanded vs measured base velocity over the first episode of the first checkpoint"""
     record: bool = True
     """append the rows (off: print them only)"""
+    curves: tuple[str, ...] = ()
+    """run directories (their TensorBoard logs) whose training tracking curves to plot"""
+    labels: tuple[str, ...] = ()
+    """one legend label per --curves directory"""
+    bin_steps: int = 500_000
+    """env steps per point of --curves"""
+    curves_plot: str = os.path.join(HERE, "plots", "Go1JoystickFlatTerrain-v1-tracking.png")
+    """where --curves draws"""
 
 
 def load(path: str):
@@ -129,7 +142,48 @@ def plot(trace: list, path: str, title: str):
     print(f"wrote {path}")
 
 
+GOALS = {"tracking_lin_vel": 0.75, "tracking_ang_vel": 0.4}  # issue #43's, per step
+
+
+def binned(points: list[tuple[int, float]], bin_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each bin's middle step, the mean of the values logged in it), bins with values only."""
+    steps, values = np.array(points, dtype=float).reshape(-1, 2).T
+    bins = (steps // bin_steps).astype(int)
+    filled = np.unique(bins)
+    means = np.array([values[bins == b].mean() for b in filled])
+    return (filled + 0.5) * bin_steps, means
+
+
+def plot_curves(run_dirs: tuple[str, ...], labels: tuple[str, ...], bin_steps: int, path: str):
+    """Each run's training tracking terms, binned, against the goal; returns what it drew."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from run import scalars
+
+    drawn = {}
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for axis, (term, goal) in zip(axes, GOALS.items()):
+        for run_dir, label in zip(run_dirs, labels):
+            steps, means = binned(scalars(run_dir, f"reward_terms/{term}"), bin_steps)
+            drawn[(label, term)] = (steps, means)
+            axis.plot(steps / 1e6, means, label=label)
+        axis.axhline(goal, color="black", linestyle="--", label="goal")
+        axis.set_title(f"{term} per step, training episodes", fontsize=9)
+        axis.set_xlabel("env steps (M)")
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    print(f"wrote {path}")
+    return drawn
+
+
 def main(args: Args):
+    if len(args.labels) != len(args.curves):
+        raise SystemExit("error: --labels needs one label per --curves directory")
+    if args.curves:
+        plot_curves(args.curves, args.labels, args.bin_steps, args.curves_plot)
     rows = []
     for k, path in enumerate(args.checkpoints):
         script, ckpt, agent = load(path)
@@ -155,7 +209,7 @@ def main(args: Args):
             name = f"{ckpt['script']}-{ckpt['env_id']}-velocity.png"
             title = f"{ckpt['script']}.py, {ckpt['env_id']}, step {ckpt['global_step']}: episode 1"
             plot(result["trace"], os.path.join(HERE, "plots", name), title)
-    if not args.record:
+    if not args.record or not rows:
         return
     new = not os.path.exists(args.output)
     with open(args.output, "a", newline="") as file:

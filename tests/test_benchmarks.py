@@ -444,3 +444,26 @@ def test_robots_evaluates_on_the_run_s_threads(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert seen == [ckpt["args"]["threads"]] == [1]
+
+
+def test_robot_curves_average_each_tracking_term_over_its_bins(tmp_path):
+    """robots.py --curves: each run's logged tracking terms, averaged per bin of steps (here two
+    values a bin, one bin left empty), one curve per term and run, and the plot written."""
+    import robots
+    from torch.utils.tensorboard import SummaryWriter
+
+    logged = {"tracking_lin_vel": [0.1, 0.3, 0.5, 0.9], "tracking_ang_vel": [0.2, 0.2, 0.4, 0.3]}
+    writer = SummaryWriter(str(tmp_path / "run"))
+    for term, values in logged.items():
+        for step, value in zip([100, 400, 1200, 1400], values):  # bins 0, 0, 2, 2
+            writer.add_scalar(f"reward_terms/{term}", value, step)
+    writer.close()
+    plot = tmp_path / "tracking.png"
+    args = robots.Args(curves=(str(tmp_path / "run"),), labels=("R",), bin_steps=500)
+    drawn = robots.plot_curves(args.curves, args.labels, args.bin_steps, str(plot))
+    steps, means = drawn[("R", "tracking_lin_vel")]
+    assert steps.tolist() == [250, 1250] and means == pytest.approx([0.2, 0.7])
+    assert drawn[("R", "tracking_ang_vel")][1] == pytest.approx([0.2, 0.35])
+    assert plot.stat().st_size > 1000
+    with pytest.raises(SystemExit, match="one label per --curves"):
+        robots.main(robots.Args(curves=args.curves))
