@@ -10,7 +10,8 @@ training, episode i on seed --seed + 10000 + i as the scripts' evaluation. Each 
 terms are averaged per step (EnvPool's info, as the scripts' reward_terms/<name> tags); a fall is
 an episode that terminated before its time limit. --plot draws commanded against measured base
 velocity (privileged_state's local linear velocity and gyro, not noised) over the first episode
-(Go1's slots; benchmarks/plots/<script>-<env>-velocity.png).
+(Go1's slots; benchmarks/plots/<script>-<env>-velocity.png). For Go1 it also prints the linear
+tracking per bin of commanded speed, recomputed step by step from the obs (the env's own term).
 
 --curves draws the runs' training curves of the two tracking terms (the per-episode
 reward_terms/tracking_* tags, averaged over bins of --bin-steps) against the goal:
@@ -100,11 +101,13 @@ def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
     obs, _ = envs.reset(seed=args.seed + script.EVAL_SEED_OFFSET)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=int)
     finished, fell = np.zeros(episodes, dtype=bool), np.zeros(episodes, dtype=bool)
-    terms, steps = {}, []
+    terms, steps, speeds, tracking = {}, [], [], []
+    go1 = ckpt["env_id"].startswith("Go1Joystick")  # its slots: state[45:48], privileged[57:59]
     while not finished.all():
         if trace and not finished[0]:  # Go1: state's command, privileged_state's vx, vy, gyro z
             privileged = obs[0, -123:]  # the env's obs ends with it (a student's starts with state)
             steps.append([*obs[0, 45:48], privileged[57], privileged[58], privileged[50]])
+        command = obs[:, 45:47].copy()  # in effect during the step: EnvPool resamples it after
         mean = agent.mean_action(torch.as_tensor(obs, dtype=torch.float32))
         action = script.scale_action(mean.numpy(), envs.single_action_space)
         obs, reward, terminated, truncated, info = envs.step(action)
@@ -113,11 +116,32 @@ def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
         lengths += live
         done = (terminated | truncated) & live
         fell |= terminated & live
+        if go1:  # the step's tracking_lin_vel: its command, the local velocity after it
+            after = obs.copy()
+            for i in np.flatnonzero(terminated | truncated):  # the episode's last, not the reset's
+                after[i] = info["final_obs"][i]
+            velocity = after[:, -123:][:, 57:59]
+            speeds.append(np.linalg.norm(command, axis=-1)[live])
+            tracking.append(np.exp(-((command - velocity) ** 2).sum(-1) / 0.25)[live])
         for name, means in info.get("reward_terms", {}).items():
             terms.setdefault(name, np.zeros(episodes))[done] = means[done]
         finished |= done
     envs.close()
-    return {"returns": returns, "lengths": lengths, "falls": fell, "terms": terms, "trace": steps}
+    result = {"returns": returns, "lengths": lengths, "falls": fell, "terms": terms, "trace": steps}
+    if go1:
+        result["speeds"], result["tracking"] = np.concatenate(speeds), np.concatenate(tracking)
+    return result
+
+
+def by_speed(speeds: np.ndarray, tracking: np.ndarray) -> dict:
+    """Per bin of commanded speed |(vx, vy)|: (its share of the steps, their mean linear
+    tracking). The term exp(-|v - v_cmd|^2 / 0.25) pays 0.018 for a 1 m/s error: a fast
+    command gives almost nothing until the robot nearly walks at its speed."""
+    shares = {}
+    for low, high in zip(SPEED_BINS[:-1], SPEED_BINS[1:]):
+        chosen = (speeds >= low) & (speeds < high)
+        shares[(low, high)] = (chosen.mean(), tracking[chosen].mean() if chosen.any() else np.nan)
+    return shares
 
 
 def plot(trace: list, path: str, title: str):
@@ -142,6 +166,7 @@ def plot(trace: list, path: str, title: str):
     print(f"wrote {path}")
 
 
+SPEED_BINS = [0.0, 0.5, 1.0, np.inf]  # commanded |(vx, vy)|, m/s (Go1's reach 1.7)
 GOALS = {"tracking_lin_vel": 0.75, "tracking_ang_vel": 0.4}  # issue #43's, per step
 
 
@@ -205,6 +230,10 @@ def main(args: Args):
         }
         rows.append(row)
         print(",".join(str(row[column]) for column in COLUMNS))
+        shares = by_speed(result["speeds"], result["tracking"]) if "speeds" in result else {}
+        for (low, high), (share, mean) in shares.items():
+            print(f"  linear tracking at commanded speed {low}-{high} m/s: {mean:.3f} "
+                  f"({share:.0%} of the steps)")  # fmt: skip
         if result["trace"]:
             name = f"{ckpt['script']}-{ckpt['env_id']}-velocity.png"
             title = f"{ckpt['script']}.py, {ckpt['env_id']}, step {ckpt['global_step']}: episode 1"

@@ -467,3 +467,24 @@ def test_robot_curves_average_each_tracking_term_over_its_bins(tmp_path):
     assert plot.stat().st_size > 1000
     with pytest.raises(SystemExit, match="one label per --curves"):
         robots.main(robots.Args(curves=args.curves))
+
+
+def test_robots_recomputes_each_step_s_linear_tracking_from_the_obs(tmp_path):
+    """robots.py's per-speed breakdown: the linear tracking it recomputes from each step's obs
+    (the command before it, the privileged local velocity after it: a done episode's last obs)
+    averages, episode by episode, to the env's own reward_terms; by_speed bins it."""
+    pytest.importorskip("envpool")
+    import numpy as np
+    import robots
+
+    path = os.path.join(ROOT, "benchmarks", "robots", "ppo_continuous-Go1JoystickFlatTerrain-v1.pt")
+    script, ckpt, agent = robots.load(path)
+    result = robots.evaluate(script, ckpt, agent, episodes=2, trace=False)
+    per_step = result["tracking"]  # each episode ends done, its last obs in final_obs
+    lengths, terms = result["lengths"], result["terms"]["tracking_lin_vel"]
+    assert len(per_step) == lengths.sum()
+    assert per_step.mean() == pytest.approx((terms * lengths).sum() / lengths.sum(), rel=1e-5)
+    shares = robots.by_speed(np.array([0.0, 0.4, 0.5, 1.0]), np.array([0.9, 0.7, 0.3, 0.1]))
+    assert shares[(0.0, 0.5)] == pytest.approx((0.5, 0.8))  # a bin holds its lower edge
+    assert shares[(0.5, 1.0)] == pytest.approx((0.25, 0.3))
+    assert shares[(1.0, np.inf)] == pytest.approx((0.25, 0.1))
