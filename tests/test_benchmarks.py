@@ -143,7 +143,7 @@ def test_symmetry_of_go1_policies_mirrors_state_and_privileged_state_part_by_par
     assert [row["script"] for row in rows] == ["ppo_symaug.py", "ppo_continuous.py"]
     assert float(rows[0]["symmetry_error"]) <= 1e-10
     assert float(rows[0]["clipped_symmetry_error"]) <= 1e-10
-    assert float(rows[1]["symmetry_error"]) > 0.01
+    assert float(rows[1]["symmetry_error"]) > 1e-3  # a plain policy: 1e-2 (RB, 20M)
 
 
 def test_symmetry_rows_name_the_flags_that_differ_from_the_defaults():
