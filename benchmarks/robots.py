@@ -11,7 +11,8 @@ terms are averaged per step (EnvPool's info, as the scripts' reward_terms/<name>
 an episode that terminated before its time limit. --plot draws commanded against measured base
 velocity (privileged_state's local linear velocity and gyro, not noised) over the first episode
 (Go1's slots; benchmarks/plots/<script>-<env>-velocity.png). For Go1 it also prints the linear
-tracking per bin of commanded speed, recomputed step by step from the obs (the env's own term).
+tracking per bin of commanded speed and of commanded forward velocity vx (with the mean vx
+commanded and measured), recomputed step by step from the obs (the env's own term).
 
 --curves draws the runs' training curves of the two tracking terms (the per-episode
 reward_terms/tracking_* tags, averaged over bins of --bin-steps) against the goal:
@@ -101,7 +102,7 @@ def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
     obs, _ = envs.reset(seed=args.seed + script.EVAL_SEED_OFFSET)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=int)
     finished, fell = np.zeros(episodes, dtype=bool), np.zeros(episodes, dtype=bool)
-    terms, steps, speeds, tracking = {}, [], [], []
+    terms, steps, commands, velocities, tracking = {}, [], [], [], []
     go1 = ckpt["env_id"].startswith("Go1Joystick")  # its slots: state[45:48], privileged[57:59]
     while not finished.all():
         if trace and not finished[0]:  # Go1: state's command, privileged_state's vx, vy, gyro z
@@ -121,7 +122,8 @@ def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
             for i in np.flatnonzero(terminated | truncated):  # the episode's last, not the reset's
                 after[i] = info["final_obs"][i]
             velocity = after[:, -123:][:, 57:59]
-            speeds.append(np.linalg.norm(command, axis=-1)[live])
+            commands.append(command[live])
+            velocities.append(velocity[live])
             tracking.append(np.exp(-((command - velocity) ** 2).sum(-1) / 0.25)[live])
         for name, means in info.get("reward_terms", {}).items():
             terms.setdefault(name, np.zeros(episodes))[done] = means[done]
@@ -129,19 +131,39 @@ def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
     envs.close()
     result = {"returns": returns, "lengths": lengths, "falls": fell, "terms": terms, "trace": steps}
     if go1:
-        result["speeds"], result["tracking"] = np.concatenate(speeds), np.concatenate(tracking)
+        result["commands"], result["tracking"] = np.concatenate(commands), np.concatenate(tracking)
+        result["velocities"] = np.concatenate(velocities)
     return result
 
 
-def by_speed(speeds: np.ndarray, tracking: np.ndarray) -> dict:
-    """Per bin of commanded speed |(vx, vy)|: (its share of the steps, their mean linear
-    tracking). The term exp(-|v - v_cmd|^2 / 0.25) pays 0.018 for a 1 m/s error: a fast
-    command gives almost nothing until the robot nearly walks at its speed."""
+def by_bin(values: np.ndarray, tracking: np.ndarray, edges: list[float]) -> dict:
+    """Per bin [low, high) of a commanded quantity: (its share of the steps, their mean of
+    tracking). The term exp(-|v - v_cmd|^2 / 0.25) pays 0.018 for a 1 m/s error: a command
+    gives almost nothing until the robot nearly walks at its velocity."""
     shares = {}
-    for low, high in zip(SPEED_BINS[:-1], SPEED_BINS[1:]):
-        chosen = (speeds >= low) & (speeds < high)
+    for low, high in zip(edges[:-1], edges[1:]):
+        chosen = (values >= low) & (values < high)
         shares[(low, high)] = (chosen.mean(), tracking[chosen].mean() if chosen.any() else np.nan)
     return shares
+
+
+def breakdown(result: dict) -> list[str]:
+    """Go1's linear tracking per bin of commanded speed, then of commanded forward velocity vx
+    with the mean vx commanded and measured there: which commands the robot does not follow."""
+    commands, measured, tracking = result["commands"], result["velocities"], result["tracking"]
+    lines = []
+    speeds = np.linalg.norm(commands, axis=-1)
+    for (low, high), (share, mean) in by_bin(speeds, tracking, SPEED_BINS).items():
+        lines.append(f"linear tracking at commanded speed {low}-{high} m/s: {mean:.3f} "
+                     f"({share:.0%} of the steps)")  # fmt: skip
+    vx = commands[:, 0]
+    walked = by_bin(vx, measured[:, 0], VX_BINS)  # the mean measured vx in each bin
+    asked = by_bin(vx, vx, VX_BINS)
+    for (low, high), (share, mean) in by_bin(vx, tracking, VX_BINS).items():
+        lines.append(f"linear tracking at commanded vx {low} to {high} m/s: {mean:.3f} ({share:.0%}"
+                     f" of the steps; vx {asked[(low, high)][1]:+.2f} commanded, "
+                     f"{walked[(low, high)][1]:+.2f} measured)")  # fmt: skip
+    return lines
 
 
 def plot(trace: list, path: str, title: str):
@@ -167,6 +189,7 @@ def plot(trace: list, path: str, title: str):
 
 
 SPEED_BINS = [0.0, 0.5, 1.0, np.inf]  # commanded |(vx, vy)|, m/s (Go1's reach 1.7)
+VX_BINS = [-np.inf, -0.25, 0.25, np.inf]  # commanded vx: backward, in place or sideways, forward
 GOALS = {"tracking_lin_vel": 0.75, "tracking_ang_vel": 0.4}  # issue #43's, per step
 
 
@@ -230,10 +253,8 @@ def main(args: Args):
         }
         rows.append(row)
         print(",".join(str(row[column]) for column in COLUMNS))
-        shares = by_speed(result["speeds"], result["tracking"]) if "speeds" in result else {}
-        for (low, high), (share, mean) in shares.items():
-            print(f"  linear tracking at commanded speed {low}-{high} m/s: {mean:.3f} "
-                  f"({share:.0%} of the steps)")  # fmt: skip
+        for line in breakdown(result) if "commands" in result else []:
+            print(f"  {line}")
         if result["trace"]:
             name = f"{ckpt['script']}-{ckpt['env_id']}-velocity.png"
             title = f"{ckpt['script']}.py, {ckpt['env_id']}, step {ckpt['global_step']}: episode 1"

@@ -472,7 +472,8 @@ def test_robot_curves_average_each_tracking_term_over_its_bins(tmp_path):
 def test_robots_recomputes_each_step_s_linear_tracking_from_the_obs(tmp_path):
     """robots.py's per-speed breakdown: the linear tracking it recomputes from each step's obs
     (the command before it, the privileged local velocity after it: a done episode's last obs)
-    averages, episode by episode, to the env's own reward_terms; by_speed bins it."""
+    averages, episode by episode, to the env's own reward_terms; by_bin and breakdown bin it by
+    commanded speed and by commanded forward velocity."""
     pytest.importorskip("envpool")
     import numpy as np
     import robots
@@ -484,7 +485,22 @@ def test_robots_recomputes_each_step_s_linear_tracking_from_the_obs(tmp_path):
     lengths, terms = result["lengths"], result["terms"]["tracking_lin_vel"]
     assert len(per_step) == lengths.sum()
     assert per_step.mean() == pytest.approx((terms * lengths).sum() / lengths.sum(), rel=1e-5)
-    shares = robots.by_speed(np.array([0.0, 0.4, 0.5, 1.0]), np.array([0.9, 0.7, 0.3, 0.1]))
+    errors = ((result["commands"] - result["velocities"]) ** 2).sum(-1)
+    assert np.exp(-errors / 0.25) == pytest.approx(per_step)  # the velocities the term measures
+    speeds = np.array([0.0, 0.4, 0.5, 1.0])
+    shares = robots.by_bin(speeds, np.array([0.9, 0.7, 0.3, 0.1]), robots.SPEED_BINS)
     assert shares[(0.0, 0.5)] == pytest.approx((0.5, 0.8))  # a bin holds its lower edge
     assert shares[(0.5, 1.0)] == pytest.approx((0.25, 0.3))
     assert shares[(1.0, np.inf)] == pytest.approx((0.25, 0.1))
+    # per commanded vx: a robot that walks backward on command and stands when sent forward
+    commands = np.array([[-0.8, 0.3], [-0.5, 0.0], [0.0, 0.6], [0.9, -0.2], [0.5, 0.0]])
+    measured = np.array([[-0.7, 0.3], [-0.5, 0.1], [0.1, 0.5], [0.0, 0.0], [0.02, 0.0]])
+    tracking = np.exp(-((commands - measured) ** 2).sum(-1) / 0.25)
+    lines = robots.breakdown({"commands": commands, "velocities": measured, "tracking": tracking})
+    assert len(lines) == 6 and lines[0].startswith("linear tracking at commanded speed 0.0-0.5")
+    assert lines[3] == (f"linear tracking at commanded vx -inf to -0.25 m/s: "
+                        f"{tracking[:2].mean():.3f} (40% of the steps; vx -0.65 commanded, "
+                        f"-0.60 measured)")  # fmt: skip
+    assert "(20% of the steps; vx +0.00 commanded, +0.10 measured)" in lines[4]
+    assert lines[5].endswith(f"{tracking[3:].mean():.3f} (40% of the steps; vx +0.70 commanded, "
+                             f"+0.01 measured)")  # fmt: skip
