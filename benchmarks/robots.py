@@ -18,6 +18,11 @@ commanded and measured), recomputed step by step from the obs (the env's own ter
 reward_terms/tracking_* tags, averaged over bins of --bin-steps) against the goal:
 
     python benchmarks/robots.py --curves runs/A runs/B --labels "R, seed 1" "RB, seed 1"
+
+--drift-stds prints Go1's mean base velocity under random actions of each std (16 envs, 300
+steps): the direction exploration alone pushes the robot, before any gait is learned.
+
+    python benchmarks/robots.py --drift-stds 0.1 0.2 0.37 1.0
 """
 
 import csv
@@ -62,6 +67,8 @@ class Args:
     """env steps per point of --curves"""
     curves_plot: str = os.path.join(HERE, "plots", "Go1JoystickFlatTerrain-v1-tracking.png")
     """where --curves draws"""
+    drift_stds: tuple[float, ...] = ()
+    """Go1's mean base velocity under random actions of these stds: what exploration alone does"""
 
 
 def load(path: str):
@@ -166,6 +173,22 @@ def breakdown(result: dict) -> list[str]:
     return lines
 
 
+def drift(std: float, num_envs: int = 16, steps: int = 300, seed: int = 1) -> np.ndarray:
+    """Go1's mean base velocity (vx, vy) over num_envs envs and steps steps of random actions
+    N(0, std^2) clipped to [-1, 1] (a policy's exploration around the default pose)."""
+    script = importlib.import_module("ppo_continuous")
+    envs = script.make_envs("Go1JoystickFlatTerrain-v1", num_envs, "envpool")
+    obs, _ = envs.reset(seed=seed)
+    rng, velocities, shape = np.random.default_rng(seed), [], (num_envs, 12)  # Go1's 12 joints
+    for _ in range(steps):
+        actions = np.clip(rng.normal(0.0, std, shape), -1.0, 1.0)
+        obs, _, _, _, info = envs.step(actions)
+        after = info.get("final_obs", obs)  # a fallen robot's last obs, not the next episode's
+        velocities.append(after[:, -123:][:, 57:59])  # privileged_state's local vx, vy
+    envs.close()
+    return np.mean(velocities, axis=(0, 1))
+
+
 def plot(trace: list, path: str, title: str):
     import matplotlib
 
@@ -232,6 +255,10 @@ def main(args: Args):
         raise SystemExit("error: --labels needs one label per --curves directory")
     if args.curves:
         plot_curves(args.curves, args.labels, args.bin_steps, args.curves_plot)
+    for std in args.drift_stds:
+        vx, vy = drift(std)
+        print(f"Go1JoystickFlatTerrain-v1, random actions of std {std}: mean base velocity "
+              f"vx {vx:+.3f} m/s, vy {vy:+.3f} m/s")  # fmt: skip
     rows = []
     for k, path in enumerate(args.checkpoints):
         script, ckpt, agent = load(path)

@@ -469,6 +469,18 @@ def test_robot_curves_average_each_tracking_term_over_its_bins(tmp_path):
         robots.main(robots.Args(curves=args.curves))
 
 
+def test_robots_drift_random_actions_push_go1_backward():
+    """robots.py --drift-stds: standing (std 0) Go1 barely moves; random actions of the recipe's
+    initial std (0.37) walk it backward at about 0.25 m/s in every env, sideways hardly at all:
+    the backward push exploration gives before any gait is learned."""
+    pytest.importorskip("envpool")
+    import robots
+
+    assert abs(robots.drift(0.0, num_envs=8, steps=150)).max() < 0.03
+    vx, vy = robots.drift(0.37, num_envs=8, steps=150)
+    assert vx < -0.15 and abs(vy) < 0.1
+
+
 def test_robots_recomputes_each_step_s_linear_tracking_from_the_obs(tmp_path):
     """robots.py's per-speed breakdown: the linear tracking it recomputes from each step's obs
     (the command before it, the privileged local velocity after it: a done episode's last obs)
