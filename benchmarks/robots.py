@@ -143,14 +143,14 @@ def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
     return result
 
 
-def by_bin(values: np.ndarray, tracking: np.ndarray, edges: list[float]) -> dict:
-    """Per bin [low, high) of a commanded quantity: (its share of the steps, their mean of
-    tracking). The term exp(-|v - v_cmd|^2 / 0.25) pays 0.018 for a 1 m/s error: a command
-    gives almost nothing until the robot nearly walks at its velocity."""
+def by_bin(keys: np.ndarray, values: np.ndarray, edges: list[float]) -> dict:
+    """Per bin [low, high) of keys (a commanded quantity): (its share of the steps, the mean of
+    values there). The tracking term exp(-|v - v_cmd|^2 / 0.25) pays 0.018 for a 1 m/s error: a
+    command gives almost nothing until the robot nearly walks at its velocity."""
     shares = {}
     for low, high in zip(edges[:-1], edges[1:]):
-        chosen = (values >= low) & (values < high)
-        shares[(low, high)] = (chosen.mean(), tracking[chosen].mean() if chosen.any() else np.nan)
+        chosen = (keys >= low) & (keys < high)
+        shares[(low, high)] = (chosen.mean(), values[chosen].mean() if chosen.any() else np.nan)
     return shares
 
 
