@@ -20,7 +20,8 @@ reward_terms/tracking_* tags, averaged over bins of --bin-steps) against the goa
     python benchmarks/robots.py --curves runs/A runs/B --labels "R, seed 1" "RB, seed 1"
 
 --drift-stds prints Go1's mean base velocity under random actions of each std (16 envs, 300
-steps): the direction exploration alone pushes the robot, before any gait is learned.
+steps): the direction exploration alone pushes the robot, before any gait is learned; and the
+share of those steps whose reward the env's clip at 0 leaves exactly 0 (no signal to learn from).
 
     python benchmarks/robots.py --drift-stds 0.1 0.2 0.37 1.0
 """
@@ -173,20 +174,24 @@ def breakdown(result: dict) -> list[str]:
     return lines
 
 
-def drift(std: float, num_envs: int = 16, steps: int = 300, seed: int = 1) -> np.ndarray:
+def drift(std: float, num_envs: int = 16, steps: int = 300, seed: int = 1):
     """Go1's mean base velocity (vx, vy) over num_envs envs and steps steps of random actions
-    N(0, std^2) clipped to [-1, 1] (a policy's exploration around the default pose)."""
+    N(0, std^2) clipped to [-1, 1] (a policy's exploration around the default pose), and the
+    share of those steps whose reward is exactly 0 (the env clips each step's reward at 0)."""
     script = importlib.import_module("ppo_continuous")
     envs = script.make_envs("Go1JoystickFlatTerrain-v1", num_envs, "envpool")
     obs, _ = envs.reset(seed=seed)
     rng, velocities, shape = np.random.default_rng(seed), [], (num_envs, 12)  # Go1's 12 joints
+    zeros = 0
     for _ in range(steps):
         actions = np.clip(rng.normal(0.0, std, shape), -1.0, 1.0)
-        obs, _, _, _, info = envs.step(actions)
+        obs, reward, _, _, info = envs.step(actions)
+        zeros += int(np.sum(reward == 0.0))
         after = info.get("final_obs", obs)  # a fallen robot's last obs, not the next episode's
         velocities.append(after[:, -123:][:, 57:59])  # privileged_state's local vx, vy
     envs.close()
-    return np.mean(velocities, axis=(0, 1))
+    vx, vy = np.mean(velocities, axis=(0, 1))
+    return vx, vy, zeros / (steps * num_envs)
 
 
 def plot(trace: list, path: str, title: str):
@@ -256,9 +261,10 @@ def main(args: Args):
     if args.curves:
         plot_curves(args.curves, args.labels, args.bin_steps, args.curves_plot)
     for std in args.drift_stds:
-        vx, vy = drift(std)
+        vx, vy, zero = drift(std)
         print(f"Go1JoystickFlatTerrain-v1, random actions of std {std}: mean base velocity "
-              f"vx {vx:+.3f} m/s, vy {vy:+.3f} m/s")  # fmt: skip
+              f"vx {vx:+.3f} m/s, vy {vy:+.3f} m/s; reward exactly 0 in {zero:.0%} of the "
+              "steps")  # fmt: skip
     rows = []
     for k, path in enumerate(args.checkpoints):
         script, ckpt, agent = load(path)
