@@ -108,6 +108,8 @@ class Args:
     bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
     l2c2_coef: float = 0.0  # weight of the L2C2 local smoothness regularizer of the actor
     l2c2_noise: float = 0.1  # half-width of the uniform noise on normalized obs for L2C2
+    robot_reward: Literal["env", "unclipped", "legged-gym"] = "env"  # robots: what they train on
+    command_curriculum: bool = False  # robots: narrow velocity commands first, widened as tracked
 
     # Normalization
     norm_obs: bool = True  # normalize observations with a running mean/std kept in the agent
@@ -219,8 +221,7 @@ class Agent(nn.Module):
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
         self.actor_mean = mlp(self.actor_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
-        critic_dim = len(range(obs_dim)[self.critic_cols])
-        self.critic = mlp(critic_dim, args.critic_layers, 1, out_std=1.0)
+        self.critic = mlp(len(range(obs_dim)[self.critic_cols]), args.critic_layers, 1, out_std=1.0)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         return [*self.actor_mean.parameters(), self.actor_logstd]
@@ -319,8 +320,7 @@ def ppo_loss(agent: Agent, mb: dict, args: Args):
     (sec. 3.1)."""
     new = agent.get_action_and_value(mb["obs"], mb["actions"])
     new["logratio"] = new["logprobs"] - mb["logprobs"]
-    ratio = new["logratio"].exp()
-    new["ratio"] = ratio
+    ratio = new["ratio"] = new["logratio"].exp()
     advantages = mb["advantages"]
     if args.norm_adv:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
@@ -360,11 +360,11 @@ def soft_update(target: Agent, agent: Agent, tau: float):
     target.obs_rms.load_state_dict(agent.obs_rms.state_dict())
 
 
-def start_episodes(envs, seed: int, args: Args, device) -> dict:
-    """Reset the envs; returns what carries over from one rollout to the next: the last obs, the
-    episodes' running sums and the (return, length) of every finished episode. (A resume starts
-    fresh episodes.)"""
-    first_obs, _ = envs.reset(seed=seed)
+def start_episodes(envs, seed: int, args: Args, device, options=None) -> dict:
+    """Reset the envs (options: EnvPool's make-time ones, a robot's command ranges); returns what
+    carries over from one rollout to the next: the last obs, the episodes' running sums and the
+    record of every finished episode. (A resume starts fresh episodes.)"""
+    first_obs, _ = envs.reset(seed=seed, options=options)
     return {
         "obs": to_tensor(first_obs, device),
         "return": np.zeros(args.num_envs),
@@ -397,16 +397,16 @@ def collect_rollout(agent, envs, carry: dict, args: Args) -> dict:
         carry["discounted"] = carry["discounted"] * args.gamma + rewards[t]
         discounted[t] = carry["discounted"]
         done = terminated[t] | truncated[t]
-        for i in np.flatnonzero(done):  # robots: each reward term's mean per step, for the log
+        for i in np.flatnonzero(done):  # robots: each reward term's mean per step of the episode
             terms = {name: float(means[i]) for name, means in info.get("reward_terms", {}).items()}
-            carry["episodes"].append((carry["return"][i], carry["length"][i], terms))
+            carry["episodes"].append({"return": carry["return"][i], "length": carry["length"][i],
+                                      "fell": terminated[t, i], "terms": terms})  # fmt: skip
         for key in ("return", "length", "discounted"):  # the next episodes start from 0
             carry[key][done] = 0
         # The obs returned for a finished episode is already the next one's reset obs: a truncated
         # episode bootstraps from V(final_obs), which the learner adds (add_truncation_bootstrap).
-        if truncated[t].any():
-            idx = np.flatnonzero(truncated[t])
-            final_obs[t, idx] = np.stack(info["final_obs"][idx])
+        for i in np.flatnonzero(truncated[t]):
+            final_obs[t, i] = info["final_obs"][i]
     rollout = {key: torch.stack(values) for key, values in buf.items()}
     # The policy was frozen: the behaviour log-probs, means and std of all the steps in one pass.
     policy = agent.get_action_and_value(rollout["obs"], rollout["actions"])
@@ -424,6 +424,8 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
     batch_size = batch["obs"].shape[0]
     minibatch_size = batch_size // args.num_minibatches
     old_std = agent.actor_logstd.detach().exp()
+    # Actor and critic each clipped to the norm on their own.
+    clip = functools.partial(nn.utils.clip_grad_norm_, max_norm=args.max_grad_norm, foreach=True)
     stats = {}
     for _ in range(args.update_epochs):
         last_epoch_ratios = []
@@ -435,11 +437,8 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
             for opt in optimizers:
                 opt.zero_grad(set_to_none=True)
             loss.backward()
-            max_norm = args.max_grad_norm  # actor and critic clipped separately
-            actor_norm = nn.utils.clip_grad_norm_(agent.actor_parameters(), max_norm, foreach=True)
-            critic_norm = nn.utils.clip_grad_norm_(
-                agent.critic.parameters(), max_norm, foreach=True
-            )
+            actor_norm = clip(agent.actor_parameters())
+            critic_norm = clip(agent.critic.parameters())
             for opt in optimizers:
                 opt.step()
             if args.desired_kl is not None:  # Extra: the lr follows the KL of every step
@@ -460,9 +459,7 @@ def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
     """Actor and critic in their own parameter groups, each remembering its initial lr; with
     --optimizer muon, Muon takes the hidden weight matrices (muon_params). fused AdamW: one kernel
     for all."""
-    critic_lr = args.critic_learning_rate
-    if critic_lr is None:
-        critic_lr = args.learning_rate
+    critic_lr = args.critic_learning_rate or args.learning_rate  # None: the actor's (0 refused)
     groups = [
         ("actor", agent.actor_parameters(), args.learning_rate),
         ("critic", list(agent.critic.parameters()), critic_lr),
@@ -487,21 +484,25 @@ def set_learning_rate(optimizers, scale: float):
 
 
 # Actor processes: start, receive, publish, stop -------------------------------------------------
-def actor_process(actor_id: int, args: Args, weights: dict, lock, version, conn, start_step: int):
+def actor_process(actor_id: int, args: Args, weights: dict, lock, version, conn, start_step: int,
+                  command_scale):  # fmt: skip
     """Step a vector env with the newest published policy and send each rollout to the learner,
     until the learner ends this process. Before a rollout the actor copies the weights and the
     normalizer if their version changed; it acts with its own copy, which the learner cannot
-    change halfway through a rollout."""
+    change halfway through a rollout. (A robot's --command-curriculum: new envs at each new
+    command_scale the learner publishes.)"""
     os.setpgid(0, 0)  # a process group of its own: stop_actors ends it with any child it runs
     torch.set_num_threads(1)  # one core per process: more threads only fight over the cores
     start_mujoco(dataclasses.replace(args, capture_video=False))  # its warning filter here too
     seed = args.seed + actor_id * args.num_envs
     torch.manual_seed(seed + start_step)
-    envs = make_envs(args.env_id, args.num_envs, args.env_backend)
+    envs = make_envs(args.env_id, args.num_envs, args.env_backend, **train_options(args))
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     act_dim = int(np.prod(envs.single_action_space.shape))
     agent = Agent(obs_dim, act_dim, args, getattr(envs, "actor_dim", obs_dim))
-    carry = start_episodes(envs, seed + start_step, args, torch.device("cpu"))
+    scale = command_scale.value  # the commands' scale this actor's envs run at
+    commands = curriculum(args, {"command_scale": scale})
+    carry = start_episodes(envs, seed + start_step, args, torch.device("cpu"), commands)
     learner = os.getppid()
     acted_with = -1  # the version of the weights this actor acts with
     send_wait = 0.0
@@ -511,11 +512,18 @@ def actor_process(actor_id: int, args: Args, weights: dict, lock, version, conn,
         if version.value != acted_with:
             agent.load_state_dict(weights)
             acted_with = version.value
+        widened = command_scale.value != scale  # Extra: --command-curriculum
+        scale = command_scale.value
         lock.release()
+        if widened:
+            commands = curriculum(args, {"command_scale": scale})
+            carry = start_episodes(
+                envs, seed + start_step + acted_with, args, carry["obs"].device, commands
+            )
         start = time.time()
         carry["episodes"] = []  # those of this rollout: the learner keeps them all
         rollout = collect_rollout(agent, envs, carry, args)
-        rollout.update(version=acted_with, episodes=carry["episodes"])
+        rollout.update(version=acted_with, episodes=carry["episodes"], command_scale=scale)
         rollout["rollout_time"] = time.time() - start
         rollout["send_wait"] = send_wait  # how long the previous send() blocked
         start = time.time()
@@ -526,24 +534,28 @@ def actor_process(actor_id: int, args: Args, weights: dict, lock, version, conn,
         send_wait = time.time() - start
 
 
-def start_actors(agent: Agent, global_step: int, args: Args) -> dict:
+def start_actors(agent: Agent, progress: dict, args: Args) -> dict:
     """Start the actor processes, each with its own pipe (a shared queue would be left unusable
     for all by an actor killed halfway through a message; a private pipe just reaches EOF).
     Returns processes, pipes, the shared weights with their lock and version (the number of
     updates they have had), and the (return, length) of every episode the actors finished."""
     ctx = mp.get_context("spawn")  # fork would copy the learner's threads and locks in any state
     weights = {k: v.detach().cpu().clone().share_memory_() for k, v in agent.state_dict().items()}
-    batch_size = args.num_rollouts * args.num_envs * args.num_steps
+    batch_size, global_step = (
+        args.num_rollouts * args.num_envs * args.num_steps,
+        progress["global_step"],
+    )
     version = ctx.RawValue("q", global_step // batch_size)
     actors = {"procs": [], "conns": [], "weights": weights, "lock": ctx.Lock(), "version": version}
     actors["episodes"] = []
+    actors["command_scale"] = ctx.RawValue("d", progress["command_scale"])  # set under the lock
     # Ctrl-C reaches the whole process group, and a cluster's SIGTERM may reach every process: the
     # actors inherit "ignore" for both, and the learner alone decides when they stop.
     stop_signals = (signal.SIGINT, signal.SIGTERM)
     previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in stop_signals}
     for i in range(args.num_actors):
         reader, writer = ctx.Pipe(duplex=False)
-        shared = (weights, actors["lock"], version, writer, global_step)
+        shared = (weights, actors["lock"], version, writer, global_step, actors["command_scale"])
         process = ctx.Process(target=actor_process, args=(i, args, *shared), daemon=True)
         process.start()
         writer.close()  # only the actor holds the write end: its death means EOF here
@@ -615,11 +627,12 @@ def receive_rollouts(agent, target_agent, reward_rms, actors: dict, step: int, w
     metrics["losses/rho_p99"] = torch.quantile(rho.flatten().double(), 0.99).item()
     end = step + args.num_rollouts * args.num_envs * args.num_steps  # logged at the batch's end
     for ro in received:
-        for episode_return, length, terms in ro["episodes"]:
-            actors["episodes"].append((episode_return, length))
-            writer.add_scalar("charts/episodic_return", episode_return, end)
-            writer.add_scalar("charts/episodic_length", length, end)
-            for name, mean in terms.items():
+        for episode in ro["episodes"]:
+            if ro["command_scale"] == actors["command_scale"].value:  # the curriculum's, at it
+                actors["episodes"].append(episode)
+            writer.add_scalar("charts/episodic_return", episode["return"], end)
+            writer.add_scalar("charts/episodic_length", episode["length"], end)
+            for name, mean in episode["terms"].items():
                 writer.add_scalar(f"reward_terms/{name}", mean, end)
     return rollout, metrics
 
@@ -657,7 +670,7 @@ def running_actors(run: dict, state: dict):
     """Inside, the actors run; on every way out they are stopped: no actor outlives the learner.
     An actor that died (check_actors): keep what was learned in checkpoint.pt, fail in one line."""
     agent, args, progress = state["agent"], state["args"], state["progress"]
-    actors = start_actors(agent, progress["global_step"], args)
+    actors = start_actors(agent, progress, args)
     try:  # the actors ignore SIGTERM: multiprocessing's exit would not stop them, stop_actors does
         pids = " ".join(str(process.pid) for process in actors["procs"])
         say(f"actor pids {pids}; each rollout: {args.num_envs} envs x {args.num_steps} steps")
@@ -678,8 +691,7 @@ def train(args: Args) -> dict[str, float]:
     can_film = start_mujoco(args)  # Harness: before any env loads MuJoCo; one frame, if filmed
     if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
         return evaluate_checkpoint(args, can_film)
-    # Harness: parse_args read it too, for its settings; train(args) also runs without parse_args
-    ckpt = load_checkpoint(args.resume) if args.resume is not None else None
+    ckpt = load_checkpoint(args.resume) if args.resume is not None else None  # Harness: to resume
     plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if args.cuda else "cpu")
@@ -693,7 +705,8 @@ def train(args: Args) -> dict[str, float]:
     target_agent = copy.deepcopy(agent)  # IMPACT's target network
     optimizers = make_optimizers(agent, args)
     reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
-    progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
+    progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf,
+                "command_scale": CURRICULUM[0] if args.command_curriculum else 1.0}  # fmt: skip
     if ckpt is not None:  # Harness: resume the saved state and progress
         progress = resume_run(ckpt, args, agent, target_agent, optimizers, reward_rms)
     run = start_run(args, plan, can_film)  # Harness: run directory, start line
@@ -729,6 +742,12 @@ def train(args: Args) -> dict[str, float]:
             metrics.update(lag)
 
             metrics = log_iteration(run, metrics, optimizers, actors, progress)  # Harness
+            if args.command_curriculum and widen_commands(actors, progress, args):  # Extra
+                with actors["lock"]:  # the actors make new envs at their next rollout
+                    actors["episodes"], actors["command_scale"].value = (
+                        [],
+                        progress["command_scale"],
+                    )
             stop = signals["signum"] if iteration < last else 0  # Harness: the signal, if any
             stop = evaluate_and_save(run, state, stop)  # Harness: --eval-every, best.pt, checkpoint
             if stop:  # Harness
@@ -737,6 +756,80 @@ def train(args: Args) -> dict[str, float]:
 
 
 # Extras: research options and diagnostics, each called from one marked place above ---------------
+# Robots: training options for EnvPool's joystick tasks (evaluation always runs the stock task).
+CURRICULUM = (0.5, 0.25, 0.75)  # --command-curriculum: first range, step, tracking to widen
+COMMAND_RANGES = ["command_a0", "command_a1"]  # Go1's linear command bounds (vx, vy), +-
+COMMAND_RANGES += ["lin_vel_x_min", "lin_vel_x_max", "lin_vel_y_min", "lin_vel_y_max"]  # others'
+
+
+def train_options(args: Args) -> dict:
+    """make_envs's options for training (not evaluation's): the reward the robot trains on."""
+    return {"reward": args.robot_reward} if args.robot_reward != "env" else {}
+
+
+def robot_reward(info: dict, env_reward: np.ndarray, mode: str, dt: float) -> np.ndarray:
+    """--robot-reward, from the terms EnvPool reports. The env's reward is clip(dt * their sum,
+    0, 1e4), so a step whose penalties outweigh its tracking teaches nothing (most exploring
+    steps: a dead zone). unclipped: dt * the sum (mjlab); legged-gym: the sum without the
+    termination term clipped at 0, then the term added (legged_gym: a fall still costs)."""
+    terms = {key: value for key, value in info.items() if key.startswith("reward_")}
+    total = dt * sum(terms.values())
+    inside = (env_reward > 0) & (env_reward < 1e4)  # not clipped there: the two must agree
+    if not np.allclose(total[inside], env_reward[inside], rtol=1e-4, atol=1e-5):
+        fail(f"--robot-reward: this task's reward is not {dt} x the sum of its reward terms")
+    if mode == "legged-gym":
+        termination = dt * terms.get("reward_termination", 0.0)
+        total = np.maximum(total - termination, 0.0) + termination
+    return total
+
+
+def check_robot_options(args: Args):
+    """--robot-reward and --command-curriculum: for EnvPool's joystick tasks only, in one line."""
+    robots = args.env_backend == "envpool" and commands_at(args.env_id, 1.0)
+    if (args.robot_reward != "env" or args.command_curriculum) and not robots:
+        fail("--robot-reward and --command-curriculum train EnvPool's joystick robots, not "
+             f"{args.env_id} on {args.env_backend}")  # fmt: skip
+
+
+def commands_at(env_id: str, scale: float) -> dict:
+    """The task's linear velocity command ranges times scale, as EnvPool's make-time options."""
+    config = importlib.import_module("envpool").make_spec(env_id).config._asdict()
+    return {key: config[key] * scale for key in COMMAND_RANGES if key in config}
+
+
+def curriculum(args: Args, progress: dict) -> dict | None:
+    """The envs' make-time options of --command-curriculum: the task's ranges at its scale now."""
+    return commands_at(args.env_id, progress["command_scale"]) if args.command_curriculum else None
+
+
+def widen_commands(carry: dict, progress: dict, args: Args) -> bool:
+    """--command-curriculum (legged_gym's): the linear commands start at half the task's ranges,
+    where a step toward a commanded velocity pays in every direction (at 1.5 m/s, the tracking
+    term exp(-err^2 / 0.25) is flat near standing still); once the last num_envs episodes at this
+    range track them at >= 0.75 per step on average (standing still: 0.59), they widen by a
+    quarter, up to the task's own. Returns whether they widened (new envs then)."""
+    _, step, threshold = CURRICULUM
+    tracking = [episode["terms"]["tracking_lin_vel"] for episode in carry["episodes"]]
+    if progress["command_scale"] >= 1.0 or len(tracking) < args.num_envs:
+        return False
+    if np.mean(tracking[-args.num_envs :]) < threshold:
+        return False
+    progress["command_scale"] = min(progress["command_scale"] + step, 1.0)
+    return True
+
+
+def robot_measures(episodes: list[dict]) -> str:
+    """What a robot can do, for the progress and evaluation lines: the episodes' per-step tracking
+    of the linear and yaw commands, their falls (terminated) and mean length; "" for other tasks."""
+    if not episodes or "tracking_lin_vel" not in episodes[0]["terms"]:
+        return ""
+    lin = np.mean([episode["terms"]["tracking_lin_vel"] for episode in episodes])
+    yaw = np.mean([episode["terms"]["tracking_ang_vel"] for episode in episodes])
+    falls, length = sum(e["fell"] for e in episodes), np.mean([e["length"] for e in episodes])
+    return (f" | tracking lin {lin:.3f} yaw {yaw:.3f} | falls {falls} of {len(episodes)} | "
+            f"length {length:.0f}")  # fmt: skip
+
+
 def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
     """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
     ratio_term = (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)
@@ -877,6 +970,7 @@ def check_args(args: Args):
         fail("--capture-video renders with gymnasium's MuJoCo: use --env-backend gymnasium")
     if args.env_backend == "envpool":  # installed, and the task one of EnvPool's
         EnvPoolVectorEnv(args.env_id, 1).close()
+    check_robot_options(args)  # Extra
     if not min(args.lr_decrease_factor, args.lr_increase_factor) > 1.0:  # else a reversed rule
         fail("--lr-decrease-factor and --lr-increase-factor must be > 1")
     if not 0.0 <= args.gamma <= 1.0:
@@ -998,13 +1092,14 @@ def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: d
     seconds = time.time() - run["start_time"] - run["eval_seconds"]  # training time only
     logged["charts/SPS"] = int((step - run["start_step"]) / seconds)
     logged["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
+    logged["charts/command_scale"] = progress["command_scale"]  # robots: --command-curriculum
     for key, value in logged.items():
         run["writer"].add_scalar(key, value, step)
     shown, recent = "-", carry["episodes"][-10:]  # "-": until the first episode ends
     if recent:
-        logged["charts/episodic_return"] = float(np.mean([r for r, _ in recent]))
-        logged["charts/episodic_length"] = float(np.mean([n for _, n in recent]))
-        shown = f"{logged['charts/episodic_return']:.1f}"
+        logged["charts/episodic_return"] = float(np.mean([e["return"] for e in recent]))
+        logged["charts/episodic_length"] = float(np.mean([e["length"] for e in recent]))
+        shown = f"{logged['charts/episodic_return']:.1f}{robot_measures(recent)}"
     eta = (run["end_step"] - step) / max(logged["charts/SPS"], 1)
     eta = f"{int(eta // 86400)}d {time.strftime('%H:%M:%S', time.gmtime(eta % 86400))}"
     say(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
@@ -1030,14 +1125,15 @@ def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
         start = time.time()
-        returns, _ = evaluate(agent, args, run["videos"], f"eval_step{step}", run["signals"])
+        episodes, _ = evaluate(agent, args, run["videos"], f"eval_step{step}", run["signals"])
         run["eval_seconds"] += time.time() - start  # not training: left out of the SPS
-        if returns is None:  # a signal cut it short: stop after this iteration
+        if episodes is None:  # a signal cut it short: stop after this iteration
             stop = run["signals"]["signum"]
         else:
-            mean_return = float(returns.mean())
-            say(f"eval at step {step}: {mean_return:.1f} over {len(returns)} episode"
-                f"{'s' * (len(returns) != 1)} ({time.time() - start:.0f} s)")  # fmt: skip
+            mean_return = float(np.mean([episode["return"] for episode in episodes]))
+            say(f"eval at step {step}: {mean_return:.1f} over {len(episodes)} episode"
+                f"{'s' * (len(episodes) != 1)}{robot_measures(episodes)} ({time.time() - start:.0f}"
+                " s)")  # fmt: skip
             run["writer"].add_scalar("eval/periodic_return", mean_return, step)
             if mean_return > progress["best_eval"]:
                 progress["best_eval"] = mean_return
@@ -1053,8 +1149,8 @@ def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
     agent, args, progress = state["agent"], state["args"], state["progress"]
     step, signals = progress["global_step"], run["signals"]
     if not stop:
-        returns, video = evaluate(agent, args, run["videos"], f"eval_step{step}", signals)
-        stop = signals["signum"] if returns is None else 0
+        episodes, video = evaluate(agent, args, run["videos"], f"eval_step{step}", signals)
+        stop = signals["signum"] if episodes is None else 0
     if stop:
         close_writer(run, args)
         then = f"resume with: {resume_command(run['checkpoint'])}"
@@ -1062,12 +1158,13 @@ def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
             then = f"the run is complete; evaluate it with --eval-checkpoint {run['checkpoint']}"
         print(f"\n{signal.Signals(stop).name}: stopped at step {step}; {then}", file=sys.stderr)
         raise SystemExit(128 + stop)
-    mean_return = float(returns.mean())
+    mean_return = float(np.mean([episode["return"] for episode in episodes]))
     metrics = {**metrics, "eval/episodic_return": mean_return, "global_step": step}
     run["writer"].add_scalar("eval/episodic_return", mean_return, step)
     close_writer(run, args, video)
     say(f"deterministic eval over {args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}: "
-        f"{mean_return:.1f}; checkpoint: {run['checkpoint']}")  # fmt: skip
+        f"{mean_return:.1f}{robot_measures(episodes)}; checkpoint: "
+        f"{run['checkpoint']}")  # fmt: skip
     return metrics
 
 
@@ -1196,7 +1293,8 @@ def resume_run(ckpt: dict, args: Args, agent, target_agent, optimizers, reward_r
     print(f"resuming {args.resume} at step {ckpt['global_step']}; changed: {changed}")
     if args.log_dir != ckpt["args"]["log_dir"]:
         print(f"note: --log-dir is ignored on resume: the run goes on in {run_dir_of(args.resume)}")
-    progress = {key: ckpt[key] for key in ("global_step", "iteration", "lr_scale", "best_eval")}
+    keys = ("global_step", "iteration", "lr_scale", "best_eval", "command_scale")
+    progress = {key: ckpt.get(key, 1.0) for key in keys}  # command_scale: 1.0 in older ones
     if not args.anneal_lr and args.desired_kl is None:  # a constant rate: the one typed now
         progress["lr_scale"] = 1.0
     return progress
@@ -1249,8 +1347,9 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 @torch.no_grad()
 def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict | None = None):
-    """Returns of --eval-episodes with the mean action, in waves of 16 envs (bounded memory)."""
-    device, seed, returns = agent.actor_logstd.device, args.seed + EVAL_SEED_OFFSET, []
+    """--eval-episodes with the mean action, in waves of 16 envs (bounded memory): the record of
+    each (return, length, fell, robots' reward terms: as the rollout's), in order."""
+    device, seed, episodes = agent.actor_logstd.device, args.seed + EVAL_SEED_OFFSET, []
     video, frames, fps = videos and f"{videos}/{name}.mp4", [], None
     if args.eval_episodes > 16:  # in waves: it takes a while, so say it
         say(f"evaluating {args.eval_episodes} episodes in waves of 16")
@@ -1260,26 +1359,31 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
         envs = make_envs(args.env_id, n, args.env_backend, **render)
         obs, _ = envs.reset(seed=seed + first)
         frames += [envs.envs[0].render()] if film else []
-        wave, finished = np.zeros(n), np.zeros(n, dtype=bool)
+        wave, finished = [None] * n, np.zeros(n, dtype=bool)
+        returns, lengths = np.zeros(n), np.zeros(n, dtype=int)
         while not finished.all() and not (stop and stop["signum"]):
             mean = agent.mean_action(to_tensor(obs, device))
             action = scale_action(mean.cpu().numpy(), envs.single_action_space)
-            obs, reward, terminated, truncated, _ = envs.step(action)
+            obs, reward, terminated, truncated, info = envs.step(action)
             done = terminated | truncated
             if film and not (finished[0] or done[0]):  # once done, env 0 shows the next episode
                 frames.append(envs.envs[0].render())
-            wave += reward * ~finished
+            returns, lengths = returns + reward * ~finished, lengths + ~finished
+            for i in np.flatnonzero(done & ~finished):  # each env's first episode only
+                terms = {name: means[i] for name, means in info.get("reward_terms", {}).items()}
+                wave[i] = {"return": returns[i], "length": lengths[i], "fell": terminated[i],
+                           "terms": terms}  # fmt: skip
             finished |= done
         fps = envs.envs[0].metadata.get("render_fps", 30) if film else fps  # the first wave's
         envs.close()
         if not finished.all():  # stopped by a signal
             return None, video
-        returns += wave.tolist()
+        episodes += wave
     if video:
         os.makedirs(os.path.dirname(video), exist_ok=True)
         importlib.import_module("imageio").mimsave(video, frames, fps=fps)
         say(f"wrote {video}")
-    return np.array(returns), video
+    return episodes, video
 
 
 def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
@@ -1292,9 +1396,10 @@ def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     say(f"evaluating {args.eval_checkpoint} (step {ckpt['global_step']}) on {args.env_id}: "
         f"{args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}")  # fmt: skip
     name = f"eval_checkpoint_step{ckpt['global_step']}_{int(time.time())}"  # a re-film: new file
-    returns, _ = evaluate(agent, args, videos if can_film else None, name)
+    episodes, _ = evaluate(agent, args, videos if can_film else None, name)
+    returns = np.array([episode["return"] for episode in episodes])
     say(f"{args.env_id}: deterministic return {returns.mean():.1f} ± {returns.std():.1f} over "
-        f"{len(returns)} episode{'s' * (len(returns) != 1)}")  # fmt: skip
+        f"{len(returns)} episode{'s' * (len(returns) != 1)}{robot_measures(episodes)}")  # fmt: skip
     return {"eval/episodic_return": float(returns.mean())}
 
 
@@ -1333,7 +1438,7 @@ class EnvPoolVectorEnv:
     """--env-backend envpool in make_envs's contract: a done env is reset by id at once (EnvPool's
     NEXT_STEP: a step later), reset(seed=s) makes a new seeded pool; a Dict obs is laid flat."""
 
-    def __init__(self, env_id: str, num_envs: int, **kwargs):
+    def __init__(self, env_id: str, num_envs: int, reward: str = "env", **kwargs):
         if importlib.util.find_spec("envpool") is None:
             fail("--env-backend envpool needs EnvPool: pip install -r requirements-envpool.txt")
         envpool = importlib.import_module("envpool")
@@ -1341,7 +1446,7 @@ class EnvPoolVectorEnv:
             fail(f"EnvPool has no {env_id} (envpool.list_all_envs()): use --env-backend gymnasium")
         make = envpool.make_gymnasium  # one thread: one core for each process
         self.make = functools.partial(make, env_id, num_envs=num_envs, num_threads=1, **kwargs)
-        self.num_envs, self.pool = num_envs, self.make()
+        self.num_envs, self.pool, self.reward = num_envs, self.make(), reward
         space, self.single_action_space = self.pool.observation_space, self.pool.action_space
         self.keys = list(getattr(space, "spaces", {}))  # a robot's: state, privileged_state
         sizes = [space[key].shape for key in self.keys] if self.keys else [space.shape]
@@ -1356,14 +1461,17 @@ class EnvPoolVectorEnv:
     def flat(self, obs):
         return np.concatenate([obs[key] for key in self.keys], -1) if self.keys else obs
 
-    def reset(self, seed: int):
+    def reset(self, seed: int, options: dict | None = None):  # options: make-time ones
         self.pool.close()
-        self.pool = self.make(seed=[(seed + i) % 2**31 for i in range(self.num_envs)])  # int32
+        seeds = [(seed + i) % 2**31 for i in range(self.num_envs)]  # int32
+        self.pool = self.make(seed=seeds, **(options or {}))
         self.sums = {}  # of each reward term, per env, over its episode
         return self.flat(self.pool.reset()[0]), {}
 
     def step(self, actions: np.ndarray):
         obs, rewards, terminated, truncated, raw = self.pool.step(actions)
+        if self.reward != "env":  # Extra: --robot-reward
+            rewards = robot_reward(raw, rewards, self.reward, self.pool.spec.config.ctrl_dt)
         obs, info, done = self.flat(obs), {}, np.flatnonzero(terminated | truncated)
         for key in (key for key in raw if key.startswith("reward_")):
             self.sums[key[7:]] = self.sums.get(key[7:], 0.0) + raw[key]

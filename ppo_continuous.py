@@ -202,8 +202,7 @@ class Agent(nn.Module):
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
         self.actor_mean = mlp(self.actor_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
-        critic_dim = len(range(obs_dim)[self.critic_cols])
-        self.critic = mlp(critic_dim, args.critic_layers, 1, out_std=1.0)
+        self.critic = mlp(len(range(obs_dim)[self.critic_cols]), args.critic_layers, 1, out_std=1.0)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         return [*self.actor_mean.parameters(), self.actor_logstd]
@@ -271,8 +270,7 @@ def ppo_loss(agent: Agent, mb: dict, args: Args):
     outputs (get_action_and_value's dict, with the log-ratio and the ratio)."""
     new = agent.get_action_and_value(mb["obs"], mb["actions"])
     new["logratio"] = new["logprobs"] - mb["logprobs"]
-    ratio = new["logratio"].exp()
-    new["ratio"] = ratio
+    ratio = new["ratio"] = new["logratio"].exp()
     advantages = mb["advantages"]
     if args.norm_adv:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
@@ -304,13 +302,11 @@ def ppo_loss(agent: Agent, mb: dict, args: Args):
     return loss, terms, new
 
 
-def start_episodes(envs, progress: dict, args: Args, device) -> dict:
-    """Reset the envs (a robot's at the command curriculum's ranges); returns what carries over
-    from one rollout to the next: the last obs, the episodes' running sums and the record of every
-    finished episode. (A resume starts fresh episodes.)"""
-    scale = progress["command_scale"] if args.command_curriculum else None  # robots' commands
-    options = scale and commands_at(args.env_id, scale)
-    first_obs, _ = envs.reset(seed=args.seed + progress["global_step"], options=options)
+def start_episodes(envs, global_step: int, args: Args, device, options=None) -> dict:
+    """Reset the envs (options: EnvPool's make-time ones, a robot's command ranges); returns what
+    carries over from one rollout to the next: the last obs, the episodes' running sums and the
+    record of every finished episode. (A resume starts fresh episodes.)"""
+    first_obs, _ = envs.reset(seed=args.seed + global_step, options=options)
     return {
         "obs": to_tensor(first_obs, device),
         "return": np.zeros(args.num_envs),
@@ -355,9 +351,8 @@ def collect_rollout(agent, envs, reward_rms, carry: dict, step: int, writer, arg
             carry[key][done] = 0
         # The obs returned for a finished episode is already the next one's reset obs: a truncated
         # episode bootstraps from V(final_obs); a terminated one needs no value.
-        if truncated[t].any():
-            idx = np.flatnonzero(truncated[t])
-            final_obs[t, idx] = np.stack(info["final_obs"][idx])
+        for i in np.flatnonzero(truncated[t]):
+            final_obs[t, i] = info["final_obs"][i]
     rollout = {key: torch.stack(values) for key, values in buf.items()}
     # The policy was frozen: the log-probs, values and means of all the steps in one batched pass.
     policy = agent.get_action_and_value(rollout["obs"], rollout["actions"])
@@ -385,6 +380,8 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
     batch_size = batch["obs"].shape[0]
     minibatch_size = batch_size // args.num_minibatches
     old_std = agent.actor_logstd.detach().exp()
+    # Actor and critic each clipped to the norm on their own.
+    clip = functools.partial(nn.utils.clip_grad_norm_, max_norm=args.max_grad_norm, foreach=True)
     stats = {}
     for _ in range(args.update_epochs):
         last_epoch_ratios = []
@@ -396,11 +393,8 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
             for opt in optimizers:
                 opt.zero_grad(set_to_none=True)
             loss.backward()
-            max_norm = args.max_grad_norm  # actor and critic clipped separately
-            actor_norm = nn.utils.clip_grad_norm_(agent.actor_parameters(), max_norm, foreach=True)
-            critic_norm = nn.utils.clip_grad_norm_(
-                agent.critic.parameters(), max_norm, foreach=True
-            )
+            actor_norm = clip(agent.actor_parameters())
+            critic_norm = clip(agent.critic.parameters())
             for opt in optimizers:
                 opt.step()
             if args.desired_kl is not None:  # Extra: the lr follows the KL of every step
@@ -420,9 +414,7 @@ def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
     """Actor and critic in their own parameter groups, each remembering its initial lr; with
     --optimizer muon, Muon takes the hidden weight matrices (muon_params). fused AdamW: one kernel
     for all."""
-    critic_lr = args.critic_learning_rate
-    if critic_lr is None:
-        critic_lr = args.learning_rate
+    critic_lr = args.critic_learning_rate or args.learning_rate  # None: the actor's (0 refused)
     groups = [
         ("actor", agent.actor_parameters(), args.learning_rate),
         ("critic", list(agent.critic.parameters()), critic_lr),
@@ -454,8 +446,7 @@ def train(args: Args) -> dict[str, float]:
     can_film = start_mujoco(args)  # Harness: before any env loads MuJoCo; one frame, if filmed
     if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
         return evaluate_checkpoint(args, can_film)
-    # Harness: parse_args read it too, for its settings; train(args) also runs without parse_args
-    ckpt = load_checkpoint(args.resume) if args.resume is not None else None
+    ckpt = load_checkpoint(args.resume) if args.resume is not None else None  # Harness: to resume
     plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
@@ -477,7 +468,7 @@ def train(args: Args) -> dict[str, float]:
     state = {"agent": agent, "optimizers": optimizers, "reward_rms": reward_rms, "args": args,
              "progress": progress}  # fmt: skip  # Harness: what a checkpoint holds, by name
     loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
-    carry = start_episodes(envs, progress, args, device)
+    carry = start_episodes(envs, progress["global_step"], args, device, curriculum(args, progress))
     last = plan["last_iteration"]
     with run_guard(run, args) as signals:  # Harness: TensorBoard; a signal stops after an iteration
         for iteration in range(plan["first_iteration"], last + 1):
@@ -499,11 +490,12 @@ def train(args: Args) -> dict[str, float]:
                 agent.obs_rms.update(batch["obs"])
             progress["global_step"] += plan["batch_size"]
             progress["iteration"] = iteration
-            if args.command_curriculum and widen_commands(carry, progress, args):  # Extra
-                carry = start_episodes(envs, progress, args, device)  # new envs, wider commands
 
             check_finite(run, metrics, agent, progress)  # Harness: divergence ends in one line
             metrics = log_iteration(run, metrics, optimizers, carry, progress)  # Harness
+            if args.command_curriculum and widen_commands(carry, progress, args):  # Extra
+                commands = curriculum(args, progress)  # new envs, wider commands
+                carry = start_episodes(envs, progress["global_step"], args, device, commands)
             stop = signals["signum"] if iteration < last else 0  # Harness: the signal, if any
             stop = evaluate_and_save(run, state, stop)  # Harness: --eval-every, best.pt, checkpoint
             if stop:  # Harness
@@ -552,10 +544,23 @@ def robot_reward(info: dict, env_reward: np.ndarray, mode: str, dt: float) -> np
     return total
 
 
+def check_robot_options(args: Args):
+    """--robot-reward and --command-curriculum: for EnvPool's joystick tasks only, in one line."""
+    robots = args.env_backend == "envpool" and commands_at(args.env_id, 1.0)
+    if (args.robot_reward != "env" or args.command_curriculum) and not robots:
+        fail("--robot-reward and --command-curriculum train EnvPool's joystick robots, not "
+             f"{args.env_id} on {args.env_backend}")  # fmt: skip
+
+
 def commands_at(env_id: str, scale: float) -> dict:
     """The task's linear velocity command ranges times scale, as EnvPool's make-time options."""
     config = importlib.import_module("envpool").make_spec(env_id).config._asdict()
     return {key: config[key] * scale for key in COMMAND_RANGES if key in config}
+
+
+def curriculum(args: Args, progress: dict) -> dict | None:
+    """The envs' make-time options of --command-curriculum: the task's ranges at its scale now."""
+    return commands_at(args.env_id, progress["command_scale"]) if args.command_curriculum else None
 
 
 def widen_commands(carry: dict, progress: dict, args: Args) -> bool:
@@ -722,10 +727,7 @@ def check_args(args: Args):
         fail("--capture-video renders with gymnasium's MuJoCo: use --env-backend gymnasium")
     if args.env_backend == "envpool":  # installed, and the task one of EnvPool's
         EnvPoolVectorEnv(args.env_id, 1).close()
-    robots = args.env_backend == "envpool" and commands_at(args.env_id, 1.0)  # joysticks
-    if (args.robot_reward != "env" or args.command_curriculum) and not robots:
-        fail("--robot-reward and --command-curriculum train EnvPool's joystick robots, not "
-             f"{args.env_id} on {args.env_backend}")  # fmt: skip
+    check_robot_options(args)  # Extra
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail("--gamma and --gae-lambda must lie in [0, 1]")
     if not math.isfinite(args.init_logstd):

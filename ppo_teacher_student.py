@@ -101,6 +101,8 @@ class Args:
     l2c2_noise: float = 0.1  # half-width of the uniform noise on normalized obs for L2C2
     nonnegative_reward: bool = False  # clamp every reward at 0 from below before GAE
     horizon_scale_reward: bool = False  # multiply every reward by (1 - gamma) before GAE
+    robot_reward: Literal["env", "unclipped", "legged-gym"] = "env"  # robots: what they train on
+    command_curriculum: bool = False  # robots: narrow velocity commands first, widened as tracked
 
     # Normalization
     norm_obs: bool = True  # normalize observations with a running mean/std kept in the agent
@@ -213,8 +215,7 @@ class Agent(nn.Module):
         # A small last layer makes the initial mean ~0 in every state (Andrychowicz et al. 2021).
         self.actor_mean = mlp(self.actor_dim, args.actor_layers, act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.full((act_dim,), args.init_logstd))
-        critic_dim = len(range(obs_dim)[self.critic_cols])
-        self.critic = mlp(critic_dim, args.critic_layers, 1, out_std=1.0)
+        self.critic = mlp(len(range(obs_dim)[self.critic_cols]), args.critic_layers, 1, out_std=1.0)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         return [*self.actor_mean.parameters(), self.actor_logstd]
@@ -282,8 +283,7 @@ def ppo_loss(agent: Agent, mb: dict, args: Args):
     outputs (get_action_and_value's dict, with the log-ratio and the ratio)."""
     new = agent.get_action_and_value(mb["obs"], mb["actions"])
     new["logratio"] = new["logprobs"] - mb["logprobs"]
-    ratio = new["logratio"].exp()
-    new["ratio"] = ratio
+    ratio = new["ratio"] = new["logratio"].exp()
     advantages = mb["advantages"]
     if args.norm_adv:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
@@ -315,11 +315,11 @@ def ppo_loss(agent: Agent, mb: dict, args: Args):
     return loss, terms, new
 
 
-def start_episodes(envs, global_step: int, args: Args, device) -> dict:
-    """Reset the envs; returns what carries over from one rollout to the next: the last obs, the
-    episodes' running sums and the (return, length) of every finished episode. (A resume starts
-    fresh episodes.)"""
-    first_obs, _ = envs.reset(seed=args.seed + global_step)
+def start_episodes(envs, global_step: int, args: Args, device, options=None) -> dict:
+    """Reset the envs (options: EnvPool's make-time ones, a robot's command ranges); returns what
+    carries over from one rollout to the next: the last obs, the episodes' running sums and the
+    record of every finished episode. (A resume starts fresh episodes.)"""
+    first_obs, _ = envs.reset(seed=args.seed + global_step, options=options)
     return {
         "obs": to_tensor(first_obs, device),
         "return": np.zeros(args.num_envs),
@@ -357,20 +357,21 @@ def collect_rollout(
         carry["discounted"] = carry["discounted"] * args.gamma + rewards[t]
         discounted[t] = carry["discounted"]
         done = terminated[t] | truncated[t]
-        for i in np.flatnonzero(done):
-            carry["episodes"].append((carry["return"][i], carry["length"][i]))
+        for i in np.flatnonzero(done):  # robots: each reward term's mean per step of the episode
+            terms = {name: means[i] for name, means in info.get("reward_terms", {}).items()}
+            carry["episodes"].append({"return": carry["return"][i], "length": carry["length"][i],
+                                      "fell": terminated[t, i], "terms": terms})  # fmt: skip
             end = step + (t + 1) * args.num_envs
             writer.add_scalar("charts/episodic_return", carry["return"][i], end)
             writer.add_scalar("charts/episodic_length", carry["length"][i], end)
-            for name, means in info.get("reward_terms", {}).items():  # robots: per-step means
-                writer.add_scalar(f"reward_terms/{name}", means[i], end)
+            for name, mean in terms.items():
+                writer.add_scalar(f"reward_terms/{name}", mean, end)
         for key in ("return", "length", "discounted"):  # the next episodes start from 0
             carry[key][done] = 0
         # The obs returned for a finished episode is already the next one's reset obs: a truncated
         # episode bootstraps from V(final_obs); a terminated one needs no value.
-        if truncated[t].any():
-            idx = np.flatnonzero(truncated[t])
-            final_obs[t, idx] = np.stack(info["final_obs"][idx])
+        for i in np.flatnonzero(truncated[t]):
+            final_obs[t, i] = info["final_obs"][i]
     rollout = {key: torch.stack(values) for key, values in buf.items()}
     # The policy was frozen: the log-probs, values and means of all the steps in one batched pass.
     policy = agent.get_action_and_value(rollout["obs"], rollout["actions"])
@@ -398,6 +399,8 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
     batch_size = batch["obs"].shape[0]
     minibatch_size = batch_size // args.num_minibatches
     old_std = agent.actor_logstd.detach().exp()
+    # Actor and critic each clipped to the norm on their own.
+    clip = functools.partial(nn.utils.clip_grad_norm_, max_norm=args.max_grad_norm, foreach=True)
     stats = {}
     for _ in range(args.update_epochs):
         last_epoch_ratios = []
@@ -409,11 +412,8 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
             for opt in optimizers:
                 opt.zero_grad(set_to_none=True)
             loss.backward()
-            max_norm = args.max_grad_norm  # actor and critic clipped separately
-            actor_norm = nn.utils.clip_grad_norm_(agent.actor_parameters(), max_norm, foreach=True)
-            critic_norm = nn.utils.clip_grad_norm_(
-                agent.critic.parameters(), max_norm, foreach=True
-            )
+            actor_norm = clip(agent.actor_parameters())
+            critic_norm = clip(agent.critic.parameters())
             for opt in optimizers:
                 opt.step()
             if args.desired_kl is not None:  # Extra: the lr follows the KL of every step
@@ -464,9 +464,7 @@ def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
     """Actor and critic in their own parameter groups, each remembering its initial lr; with
     --optimizer muon, Muon takes the hidden weight matrices (muon_params). fused AdamW: one kernel
     for all."""
-    critic_lr = args.critic_learning_rate
-    if critic_lr is None:
-        critic_lr = args.learning_rate
+    critic_lr = args.critic_learning_rate or args.learning_rate  # None: the actor's (0 refused)
     groups = [
         ("actor", agent.actor_parameters(), args.learning_rate),
         ("critic", list(agent.critic.parameters()), critic_lr),
@@ -498,15 +496,16 @@ def train(args: Args) -> dict[str, float]:
     can_film = start_mujoco(args)  # Harness: before any env loads MuJoCo; one frame, if filmed
     if args.eval_checkpoint is not None:  # Harness: only evaluate a saved policy
         return evaluate_checkpoint(args, can_film)
-    # Harness: parse_args read it too, for its settings; train(args) also runs without parse_args
-    ckpt = load_checkpoint(args.resume) if args.resume is not None else None
+    ckpt = load_checkpoint(args.resume) if args.resume is not None else None  # Harness: to resume
     plan = plan_run(args, ckpt)  # Harness: whole batches only; a resume goes on from its step
     teacher_ckpt = check_distillation(args, ckpt)  # the teacher's checkpoint, loaded as data
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if args.cuda else "cpu")
-    envs = make_student_envs(args.env_id, args.num_envs, args.env_backend, args.history)
+    envs = make_student_envs(
+        args.env_id, args.num_envs, args.env_backend, args.history, **train_options(args)
+    )
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     act_dim = int(np.prod(envs.single_action_space.shape))
     # The student: the teacher's factory (Agent), on its own columns, with its own normalizer.
@@ -518,15 +517,17 @@ def train(args: Args) -> dict[str, float]:
         agent.actor_logstd.data.copy_(teacher.agent.actor_logstd.data)
     optimizers = make_optimizers(agent, args)
     reward_rms = RunningMeanStd()  # of the discounted return, for reward scaling
-    progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf}
+    progress = {"global_step": 0, "iteration": 0, "lr_scale": 1.0, "best_eval": -math.inf,
+                "command_scale": CURRICULUM[0] if args.command_curriculum else 1.0}  # fmt: skip
     if ckpt is not None:  # Harness: resume the saved state and progress
         progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
     run = start_run(args, plan, can_film)  # Harness: run directory, start line
     state = {"agent": agent, "optimizers": optimizers, "reward_rms": reward_rms, "args": args,
              "progress": progress}  # fmt: skip  # Harness: what a checkpoint holds, by name
     loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
-    carry = start_episodes(envs, progress["global_step"], args, device)
-    teacher_return = float(evaluate(teacher, args, None, "teacher")[0].mean())  # same episodes
+    carry = start_episodes(envs, progress["global_step"], args, device, curriculum(args, progress))
+    teacher_episodes = evaluate(teacher, args, None, "teacher")[0]  # the same episodes
+    teacher_return = float(np.mean([episode["return"] for episode in teacher_episodes]))
     last = plan["last_iteration"]
     with run_guard(run, args) as signals:  # Harness: TensorBoard; a signal stops after an iteration
         for iteration in range(plan["first_iteration"], last + 1):
@@ -563,6 +564,9 @@ def train(args: Args) -> dict[str, float]:
 
             check_finite(run, metrics, agent, progress)  # Harness: divergence ends in one line
             metrics = log_iteration(run, metrics, optimizers, carry, progress)  # Harness
+            if args.command_curriculum and widen_commands(carry, progress, args):  # Extra
+                commands = curriculum(args, progress)  # new envs, wider commands
+                carry = start_episodes(envs, progress["global_step"], args, device, commands)
             stop = signals["signum"] if iteration < last else 0  # Harness: the signal, if any
             stop = evaluate_and_save(run, state, stop)  # Harness: --eval-every, best.pt, checkpoint
             if stop:  # Harness
@@ -614,8 +618,8 @@ class HistoryVectorEnv:
         past = (self.past_obs[:n].reshape(n, -1), self.past_actions[:n].reshape(n, -1))
         return np.concatenate((obs[:, : self.deployable], *past, obs), -1)
 
-    def reset(self, seed: int):
-        obs, info = self.inner.reset(seed=seed)
+    def reset(self, seed: int, options: dict | None = None):
+        obs, info = self.inner.reset(seed=seed, options=options)
         self.past_obs = np.repeat(obs[:, None, : self.deployable], self.history, 1)
         self.past_actions = np.zeros((self.num_envs, self.history, self.act_dim))
         self.now = obs[:, : self.deployable]
@@ -724,6 +728,80 @@ def shape_rewards(rewards: torch.Tensor, args: Args) -> torch.Tensor:
     if args.horizon_scale_reward:
         rewards = rewards * (1.0 - args.gamma)
     return rewards
+
+
+# Robots: training options for EnvPool's joystick tasks (evaluation always runs the stock task).
+CURRICULUM = (0.5, 0.25, 0.75)  # --command-curriculum: first range, step, tracking to widen
+COMMAND_RANGES = ["command_a0", "command_a1"]  # Go1's linear command bounds (vx, vy), +-
+COMMAND_RANGES += ["lin_vel_x_min", "lin_vel_x_max", "lin_vel_y_min", "lin_vel_y_max"]  # others'
+
+
+def train_options(args: Args) -> dict:
+    """make_envs's options for training (not evaluation's): the reward the robot trains on."""
+    return {"reward": args.robot_reward} if args.robot_reward != "env" else {}
+
+
+def robot_reward(info: dict, env_reward: np.ndarray, mode: str, dt: float) -> np.ndarray:
+    """--robot-reward, from the terms EnvPool reports. The env's reward is clip(dt * their sum,
+    0, 1e4), so a step whose penalties outweigh its tracking teaches nothing (most exploring
+    steps: a dead zone). unclipped: dt * the sum (mjlab); legged-gym: the sum without the
+    termination term clipped at 0, then the term added (legged_gym: a fall still costs)."""
+    terms = {key: value for key, value in info.items() if key.startswith("reward_")}
+    total = dt * sum(terms.values())
+    inside = (env_reward > 0) & (env_reward < 1e4)  # not clipped there: the two must agree
+    if not np.allclose(total[inside], env_reward[inside], rtol=1e-4, atol=1e-5):
+        fail(f"--robot-reward: this task's reward is not {dt} x the sum of its reward terms")
+    if mode == "legged-gym":
+        termination = dt * terms.get("reward_termination", 0.0)
+        total = np.maximum(total - termination, 0.0) + termination
+    return total
+
+
+def check_robot_options(args: Args):
+    """--robot-reward and --command-curriculum: for EnvPool's joystick tasks only, in one line."""
+    robots = args.env_backend == "envpool" and commands_at(args.env_id, 1.0)
+    if (args.robot_reward != "env" or args.command_curriculum) and not robots:
+        fail("--robot-reward and --command-curriculum train EnvPool's joystick robots, not "
+             f"{args.env_id} on {args.env_backend}")  # fmt: skip
+
+
+def commands_at(env_id: str, scale: float) -> dict:
+    """The task's linear velocity command ranges times scale, as EnvPool's make-time options."""
+    config = importlib.import_module("envpool").make_spec(env_id).config._asdict()
+    return {key: config[key] * scale for key in COMMAND_RANGES if key in config}
+
+
+def curriculum(args: Args, progress: dict) -> dict | None:
+    """The envs' make-time options of --command-curriculum: the task's ranges at its scale now."""
+    return commands_at(args.env_id, progress["command_scale"]) if args.command_curriculum else None
+
+
+def widen_commands(carry: dict, progress: dict, args: Args) -> bool:
+    """--command-curriculum (legged_gym's): the linear commands start at half the task's ranges,
+    where a step toward a commanded velocity pays in every direction (at 1.5 m/s, the tracking
+    term exp(-err^2 / 0.25) is flat near standing still); once the last num_envs episodes at this
+    range track them at >= 0.75 per step on average (standing still: 0.59), they widen by a
+    quarter, up to the task's own. Returns whether they widened (new envs then)."""
+    _, step, threshold = CURRICULUM
+    tracking = [episode["terms"]["tracking_lin_vel"] for episode in carry["episodes"]]
+    if progress["command_scale"] >= 1.0 or len(tracking) < args.num_envs:
+        return False
+    if np.mean(tracking[-args.num_envs :]) < threshold:
+        return False
+    progress["command_scale"] = min(progress["command_scale"] + step, 1.0)
+    return True
+
+
+def robot_measures(episodes: list[dict]) -> str:
+    """What a robot can do, for the progress and evaluation lines: the episodes' per-step tracking
+    of the linear and yaw commands, their falls (terminated) and mean length; "" for other tasks."""
+    if not episodes or "tracking_lin_vel" not in episodes[0]["terms"]:
+        return ""
+    lin = np.mean([episode["terms"]["tracking_lin_vel"] for episode in episodes])
+    yaw = np.mean([episode["terms"]["tracking_ang_vel"] for episode in episodes])
+    falls, length = sum(e["fell"] for e in episodes), np.mean([e["length"] for e in episodes])
+    return (f" | tracking lin {lin:.3f} yaw {yaw:.3f} | falls {falls} of {len(episodes)} | "
+            f"length {length:.0f}")  # fmt: skip
 
 
 def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
@@ -862,6 +940,7 @@ def check_args(args: Args):
         fail("--capture-video renders with gymnasium's MuJoCo: use --env-backend gymnasium")
     if args.env_backend == "envpool":  # installed, and the task one of EnvPool's
         EnvPoolVectorEnv(args.env_id, 1).close()
+    check_robot_options(args)  # Extra
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail("--gamma and --gae-lambda must lie in [0, 1]")
     if not math.isfinite(args.init_logstd):
@@ -977,13 +1056,14 @@ def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: d
     seconds = time.time() - run["start_time"] - run["eval_seconds"]  # training time only
     logged["charts/SPS"] = int((step - run["start_step"]) / seconds)
     logged["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
+    logged["charts/command_scale"] = progress["command_scale"]  # robots: --command-curriculum
     for key, value in logged.items():
         run["writer"].add_scalar(key, value, step)
     shown, recent = "-", carry["episodes"][-10:]  # "-": until the first episode ends
     if recent:
-        logged["charts/episodic_return"] = float(np.mean([r for r, _ in recent]))
-        logged["charts/episodic_length"] = float(np.mean([n for _, n in recent]))
-        shown = f"{logged['charts/episodic_return']:.1f}"
+        logged["charts/episodic_return"] = float(np.mean([e["return"] for e in recent]))
+        logged["charts/episodic_length"] = float(np.mean([e["length"] for e in recent]))
+        shown = f"{logged['charts/episodic_return']:.1f}{robot_measures(recent)}"
     eta = (run["end_step"] - step) / max(logged["charts/SPS"], 1)
     eta = f"{int(eta // 86400)}d {time.strftime('%H:%M:%S', time.gmtime(eta % 86400))}"
     say(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
@@ -1008,14 +1088,15 @@ def evaluate_and_save(run: dict, state: dict, stop: int) -> int:
     iteration, step = progress["iteration"], progress["global_step"]
     if args.eval_every and iteration % args.eval_every == 0:
         start = time.time()
-        returns, _ = evaluate(agent, args, run["videos"], f"eval_step{step}", run["signals"])
+        episodes, _ = evaluate(agent, args, run["videos"], f"eval_step{step}", run["signals"])
         run["eval_seconds"] += time.time() - start  # not training: left out of the SPS
-        if returns is None:  # a signal cut it short: stop after this iteration
+        if episodes is None:  # a signal cut it short: stop after this iteration
             stop = run["signals"]["signum"]
         else:
-            mean_return = float(returns.mean())
-            say(f"eval at step {step}: {mean_return:.1f} over {len(returns)} episode"
-                f"{'s' * (len(returns) != 1)} ({time.time() - start:.0f} s)")  # fmt: skip
+            mean_return = float(np.mean([episode["return"] for episode in episodes]))
+            say(f"eval at step {step}: {mean_return:.1f} over {len(episodes)} episode"
+                f"{'s' * (len(episodes) != 1)}{robot_measures(episodes)} ({time.time() - start:.0f}"
+                " s)")  # fmt: skip
             run["writer"].add_scalar("eval/periodic_return", mean_return, step)
             if mean_return > progress["best_eval"]:
                 progress["best_eval"] = mean_return
@@ -1031,8 +1112,8 @@ def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
     agent, args, progress = state["agent"], state["args"], state["progress"]
     step, signals = progress["global_step"], run["signals"]
     if not stop:
-        returns, video = evaluate(agent, args, run["videos"], f"eval_step{step}", signals)
-        stop = signals["signum"] if returns is None else 0
+        episodes, video = evaluate(agent, args, run["videos"], f"eval_step{step}", signals)
+        stop = signals["signum"] if episodes is None else 0
     if stop:
         close_writer(run, args)
         then = f"resume with: {resume_command(run['checkpoint'])}"
@@ -1040,12 +1121,13 @@ def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
             then = f"the run is complete; evaluate it with --eval-checkpoint {run['checkpoint']}"
         print(f"\n{signal.Signals(stop).name}: stopped at step {step}; {then}", file=sys.stderr)
         raise SystemExit(128 + stop)
-    mean_return = float(returns.mean())
+    mean_return = float(np.mean([episode["return"] for episode in episodes]))
     metrics = {**metrics, "eval/episodic_return": mean_return, "global_step": step}
     run["writer"].add_scalar("eval/episodic_return", mean_return, step)
     close_writer(run, args, video)
     say(f"deterministic eval over {args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}: "
-        f"{mean_return:.1f}; checkpoint: {run['checkpoint']}")  # fmt: skip
+        f"{mean_return:.1f}{robot_measures(episodes)}; checkpoint: "
+        f"{run['checkpoint']}")  # fmt: skip
     return metrics
 
 
@@ -1172,7 +1254,8 @@ def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
     print(f"resuming {args.resume} at step {ckpt['global_step']}; changed: {changed}")
     if args.log_dir != ckpt["args"]["log_dir"]:
         print(f"note: --log-dir is ignored on resume: the run goes on in {run_dir_of(args.resume)}")
-    progress = {key: ckpt[key] for key in ("global_step", "iteration", "lr_scale", "best_eval")}
+    keys = ("global_step", "iteration", "lr_scale", "best_eval", "command_scale")
+    progress = {key: ckpt.get(key, 1.0) for key in keys}  # command_scale: 1.0 in older ones
     if not args.anneal_lr and args.desired_kl is None:  # a constant rate: the one typed now
         progress["lr_scale"] = 1.0
     return progress
@@ -1225,8 +1308,9 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 @torch.no_grad()
 def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict | None = None):
-    """Returns of --eval-episodes with the mean action, in waves of 16 envs (bounded memory)."""
-    device, seed, returns = agent.actor_logstd.device, args.seed + EVAL_SEED_OFFSET, []
+    """--eval-episodes with the mean action, in waves of 16 envs (bounded memory): the record of
+    each (return, length, fell, robots' reward terms: as the rollout's), in order."""
+    device, seed, episodes = agent.actor_logstd.device, args.seed + EVAL_SEED_OFFSET, []
     video, frames, fps = videos and f"{videos}/{name}.mp4", [], None
     if args.eval_episodes > 16:  # in waves: it takes a while, so say it
         say(f"evaluating {args.eval_episodes} episodes in waves of 16")
@@ -1236,26 +1320,31 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
         envs = make_student_envs(args.env_id, n, args.env_backend, args.history, **render)
         obs, _ = envs.reset(seed=seed + first)
         frames += [envs.envs[0].render()] if film else []
-        wave, finished = np.zeros(n), np.zeros(n, dtype=bool)
+        wave, finished = [None] * n, np.zeros(n, dtype=bool)
+        returns, lengths = np.zeros(n), np.zeros(n, dtype=int)
         while not finished.all() and not (stop and stop["signum"]):
             mean = agent.mean_action(to_tensor(obs, device))
             action = scale_action(mean.cpu().numpy(), envs.single_action_space)
-            obs, reward, terminated, truncated, _ = envs.step(action)
+            obs, reward, terminated, truncated, info = envs.step(action)
             done = terminated | truncated
             if film and not (finished[0] or done[0]):  # once done, env 0 shows the next episode
                 frames.append(envs.envs[0].render())
-            wave += reward * ~finished
+            returns, lengths = returns + reward * ~finished, lengths + ~finished
+            for i in np.flatnonzero(done & ~finished):  # each env's first episode only
+                terms = {name: means[i] for name, means in info.get("reward_terms", {}).items()}
+                wave[i] = {"return": returns[i], "length": lengths[i], "fell": terminated[i],
+                           "terms": terms}  # fmt: skip
             finished |= done
         fps = envs.envs[0].metadata.get("render_fps", 30) if film else fps  # the first wave's
         envs.close()
         if not finished.all():  # stopped by a signal
             return None, video
-        returns += wave.tolist()
+        episodes += wave
     if video:
         os.makedirs(os.path.dirname(video), exist_ok=True)
         importlib.import_module("imageio").mimsave(video, frames, fps=fps)
         say(f"wrote {video}")
-    return np.array(returns), video
+    return episodes, video
 
 
 def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
@@ -1268,9 +1357,10 @@ def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     say(f"evaluating {args.eval_checkpoint} (step {ckpt['global_step']}) on {args.env_id}: "
         f"{args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}")  # fmt: skip
     name = f"eval_checkpoint_step{ckpt['global_step']}_{int(time.time())}"  # a re-film: new file
-    returns, _ = evaluate(agent, args, videos if can_film else None, name)
+    episodes, _ = evaluate(agent, args, videos if can_film else None, name)
+    returns = np.array([episode["return"] for episode in episodes])
     say(f"{args.env_id}: deterministic return {returns.mean():.1f} ± {returns.std():.1f} over "
-        f"{len(returns)} episode{'s' * (len(returns) != 1)}")  # fmt: skip
+        f"{len(returns)} episode{'s' * (len(returns) != 1)}{robot_measures(episodes)}")  # fmt: skip
     return {"eval/episodic_return": float(returns.mean())}
 
 
@@ -1309,7 +1399,7 @@ class EnvPoolVectorEnv:
     """--env-backend envpool in make_envs's contract: a done env is reset by id at once (EnvPool's
     NEXT_STEP: a step later), reset(seed=s) makes a new seeded pool; a Dict obs is laid flat."""
 
-    def __init__(self, env_id: str, num_envs: int, **kwargs):
+    def __init__(self, env_id: str, num_envs: int, reward: str = "env", **kwargs):
         if importlib.util.find_spec("envpool") is None:
             fail("--env-backend envpool needs EnvPool: pip install -r requirements-envpool.txt")
         envpool = importlib.import_module("envpool")
@@ -1317,7 +1407,7 @@ class EnvPoolVectorEnv:
             fail(f"EnvPool has no {env_id} (envpool.list_all_envs()): use --env-backend gymnasium")
         make = envpool.make_gymnasium  # 2 threads: robots' SPS +10-20 %, Hopper's +2 % (benchmarks)
         self.make = functools.partial(make, env_id, num_envs=num_envs, num_threads=2, **kwargs)
-        self.num_envs, self.pool = num_envs, self.make()
+        self.num_envs, self.pool, self.reward = num_envs, self.make(), reward
         space, self.single_action_space = self.pool.observation_space, self.pool.action_space
         self.keys = list(getattr(space, "spaces", {}))  # a robot's: state, privileged_state
         sizes = [space[key].shape for key in self.keys] if self.keys else [space.shape]
@@ -1332,14 +1422,17 @@ class EnvPoolVectorEnv:
     def flat(self, obs):
         return np.concatenate([obs[key] for key in self.keys], -1) if self.keys else obs
 
-    def reset(self, seed: int):
+    def reset(self, seed: int, options: dict | None = None):  # options: make-time ones
         self.pool.close()
-        self.pool = self.make(seed=[(seed + i) % 2**31 for i in range(self.num_envs)])  # int32
+        seeds = [(seed + i) % 2**31 for i in range(self.num_envs)]  # int32
+        self.pool = self.make(seed=seeds, **(options or {}))
         self.sums = {}  # of each reward term, per env, over its episode
         return self.flat(self.pool.reset()[0]), {}
 
     def step(self, actions: np.ndarray):
         obs, rewards, terminated, truncated, raw = self.pool.step(actions)
+        if self.reward != "env":  # Extra: --robot-reward
+            rewards = robot_reward(raw, rewards, self.reward, self.pool.spec.config.ctrl_dt)
         obs, info, done = self.flat(obs), {}, np.flatnonzero(terminated | truncated)
         for key in (key for key in raw if key.startswith("reward_")):
             self.sums[key[7:]] = self.sums.get(key[7:], 0.0) + raw[key]

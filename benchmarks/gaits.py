@@ -61,7 +61,8 @@ def main(args: Args):
         run = os.path.basename(os.path.dirname(os.path.abspath(path)))
         seed = args.seed - script.EVAL_SEED_OFFSET  # evaluate() adds it
         settings = dataclasses.replace(script.saved_args(ckpt), eval_episodes=1, seed=seed)
-        (episode_return,), video = script.evaluate(agent, settings, args.video_dir, run)
+        (episode,), video = script.evaluate(agent, settings, args.video_dir, run)
+        episode_return = episode["return"]
         frames = iio.imread(video)
         fps = iio.immeta(video).get("fps", 30)
         last = min(len(frames) - 1, int(args.seconds * fps))

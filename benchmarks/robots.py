@@ -1,18 +1,24 @@
-"""Evaluate robot checkpoints (EnvPool's MuJoCo Playground joystick tasks) the way issue #43 scores
-them, and append one row per checkpoint to robots.csv (and results.csv).
+"""Evaluate robot checkpoints (EnvPool's MuJoCo Playground joystick tasks) on the stock task and
+print a table of what each robot can do; --record appends the rows to robots.csv (and results.csv).
 
-    python benchmarks/robots.py --checkpoints runs/Go1JoystickFlatTerrain-v1__*/checkpoint.pt \
-        --wall-seconds 5400 --plot
+    python benchmarks/robots.py --checkpoints benchmarks/robots/ppo_symaug-Go1*.pt --plot
+    python benchmarks/robots.py --checkpoints runs/<run>/checkpoint.pt --wall-seconds 5400 --record
 
 For each checkpoint (a ppo_teacher_student.py student's too, on its observation and history):
---episodes deterministic episodes (the mean action) with sensor noise as in
-training, episode i on seed --seed + 10000 + i as the scripts' evaluation. Each episode's reward
+--episodes deterministic episodes (the mean action; 50, enough to count falls) with sensor noise
+as in training, episode i on seed --seed + 10000 + i as the scripts' evaluation, on the stock task
+(the env's own reward and command ranges, whatever the run trained on). Each episode's reward
 terms are averaged per step (EnvPool's info, as the scripts' reward_terms/<name> tags); a fall is
-an episode that terminated before its time limit. --plot draws commanded against measured base
-velocity (privileged_state's local linear velocity and gyro, not noised) over the first episode
-(Go1's slots; benchmarks/plots/<script>-<env>-velocity.png). For Go1 it also prints the linear
-tracking per bin of commanded speed and of commanded forward velocity vx (with the mean vx
-commanded and measured), recomputed step by step from the obs (the env's own term).
+an episode that terminated before its time limit. For Go1 it also gives the forward tracking (the
+linear tracking on the steps whose commanded vx > 0.25 m/s) and prints the linear tracking per
+bin of commanded speed and of commanded forward velocity vx (with the mean vx commanded and
+measured), recomputed step by step from the obs (the env's own term).
+
+--plot drives the first checkpoint's robot with the commands you choose (--commands: vx vy yaw
+rate triples, --command-seconds each; by default forward 0.8 m/s, backward 0.8 m/s, then a left
+turn at 1 rad/s) by writing them into the command slots of its observation, and draws commanded
+against measured base velocity (privileged_state's local linear velocity and gyro, not noised):
+benchmarks/plots/<script>-<env>-velocity.png (Go1's slots).
 
 --curves draws the runs' training curves of the two tracking terms (the per-episode
 reward_terms/tracking_* tags, averaged over bins of --bin-steps) against the goal:
@@ -41,7 +47,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the scripts
 COLUMNS = ["script", "env_id", "seed", "total_timesteps", "flags", "eval_return"]
 COLUMNS += ["eval_tracking_lin_vel", "eval_tracking_ang_vel", "eval_length", "eval_falls"]
-COLUMNS += ["wall_seconds"]
+COLUMNS += ["wall_seconds", "eval_episodes", "eval_tracking_forward"]
+FORWARD = 0.25  # commanded vx (m/s) above which a step counts as a forward command
 DEFAULTS_SKIPPED = {"resume", "log_dir", "init_from", "eval_checkpoint", "exp_name", "seed"}
 DEFAULTS_SKIPPED |= {"env_id", "env_backend", "total_timesteps"}
 
@@ -50,16 +57,20 @@ DEFAULTS_SKIPPED |= {"env_id", "env_backend", "total_timesteps"}
 class Args:
     checkpoints: tuple[str, ...] = ()
     """checkpoint.pt (or best.pt) files of robot runs: one row each"""
-    episodes: int = 10
-    """deterministic episodes per checkpoint"""
+    episodes: int = 50
+    """deterministic episodes per checkpoint (50 at least to count falls)"""
     wall_seconds: tuple[int, ...] = ()
     """each run's training wall time, as its log printed (same order as --checkpoints)"""
     output: str = os.path.join(HERE, "robots.csv")
     """the table the README shows; results.csv gets the return too"""
     plot: bool = False
-    """commanded vs measured base velocity over the first episode of the first checkpoint"""
-    record: bool = True
-    """append the rows (off: print them only)"""
+    """commanded vs measured base velocity of the first checkpoint under --commands"""
+    commands: tuple[float, ...] = (0.8, 0.0, 0.0, -0.8, 0.0, 0.0, 0.0, 0.0, 1.0)
+    """--plot's commands: vx (m/s) vy (m/s) yaw rate (rad/s) triples, one after the other"""
+    command_seconds: float = 5.0
+    """how long --plot holds each command"""
+    record: bool = False
+    """append the rows to robots.csv and results.csv (the README's tables); off: print only"""
     curves: tuple[str, ...] = ()
     """run directories (their TensorBoard logs) whose training tracking curves to plot"""
     labels: tuple[str, ...] = ()
@@ -97,16 +108,22 @@ def flags_of(ckpt: dict, script) -> str:
     return " ".join(changed)
 
 
+def make(script, ckpt: dict, num_envs: int):
+    """The stock task's envs, as the script's evaluation makes them (a student's: its history)."""
+    if hasattr(script, "make_student_envs"):  # a student: its observation and history
+        return script.make_student_envs(
+            ckpt["env_id"], num_envs, "envpool", ckpt["args"]["history"]
+        )
+    return script.make_envs(ckpt["env_id"], num_envs, "envpool")
+
+
 @torch.no_grad()
 def evaluate(script, ckpt: dict, agent, episodes: int, trace: bool) -> dict:
     """The episodes' returns, lengths, falls and per-step reward terms; with trace, the first
     episode's commanded and measured (vx, vy, yaw rate) per step."""
     args = script.saved_args(ckpt)
     torch.set_num_threads(args.threads)  # the run's: other threads sum floats in another order
-    if hasattr(script, "make_student_envs"):  # a student: its observation and history
-        envs = script.make_student_envs(ckpt["env_id"], episodes, "envpool", args.history)
-    else:
-        envs = script.make_envs(ckpt["env_id"], episodes, "envpool")
+    envs = make(script, ckpt, episodes)
     obs, _ = envs.reset(seed=args.seed + script.EVAL_SEED_OFFSET)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, dtype=int)
     finished, fell = np.zeros(episodes, dtype=bool), np.zeros(episodes, dtype=bool)
@@ -194,6 +211,55 @@ def drift(std: float, num_envs: int = 16, steps: int = 300, seed: int = 1):
     return vx, vy, zeros / (steps * num_envs)
 
 
+@torch.no_grad()
+def follow(script, ckpt: dict, agent, commands: np.ndarray, seconds: float) -> list:
+    """One robot (the evaluation's first seed) driven by these commands, each held `seconds`: each
+    is written into the command slots of the observations it gets (Go1's state[45:48], which
+    privileged_state repeats), before any history is made of them; per step until the episode
+    ends: the command (vx, vy, yaw rate), then the measured vx, vy, yaw rate (not noised)."""
+    args = script.saved_args(ckpt)
+    torch.set_num_threads(args.threads)  # as evaluate()
+    envs = make(script, ckpt, 1)
+    pool = getattr(envs, "inner", envs)  # a student's history is made of what the pool gave
+    now = {"command": commands[0]}
+
+    def commanded(obs):
+        for key in ("state", "privileged_state"):
+            obs[key][:, 45:48] = now["command"]
+        return type(pool).flat(pool, obs)
+
+    pool.flat = commanded
+    obs, _ = envs.reset(seed=args.seed + script.EVAL_SEED_OFFSET)
+    steps_each, trace = max(1, round(seconds / 0.02)), []
+    for t in range(len(commands) * steps_each):
+        command = now["command"]
+        mean = agent.mean_action(torch.as_tensor(obs, dtype=torch.float32))
+        now["command"] = commands[min((t + 1) // steps_each, len(commands) - 1)]  # the next obs's
+        action = script.scale_action(mean.numpy(), envs.single_action_space)
+        obs, _, terminated, truncated, info = envs.step(action)
+        after = info["final_obs"][0] if terminated[0] or truncated[0] else obs[0]
+        privileged = after[-123:]  # privileged_state: local vx, vy at 57, 58; gyro z at 50
+        trace.append([*command, privileged[57], privileged[58], privileged[50]])
+        if terminated[0] or truncated[0]:
+            break
+    envs.close()
+    return trace
+
+
+def followed(trace: list) -> list[str]:
+    """Per command of follow()'s trace: the mean measured velocities and the linear tracking."""
+    trace, lines = np.array(trace), []
+    changes = np.flatnonzero(np.any(np.diff(trace[:, :3], axis=0) != 0, axis=1)) + 1
+    for part in np.split(trace, changes):
+        vx, vy, yaw = part[0, :3]
+        tracking = np.exp(-((part[:, :2] - part[:, 3:5]) ** 2).sum(-1) / 0.25).mean()
+        lines.append(f"commanded vx {vx:+.2f} vy {vy:+.2f} yaw {yaw:+.2f}: measured vx "
+                     f"{part[:, 3].mean():+.2f} vy {part[:, 4].mean():+.2f} yaw "
+                     f"{part[:, 5].mean():+.2f} over {len(part) * 0.02:.1f} s (linear tracking "
+                     f"{tracking:.3f})")  # fmt: skip
+    return lines
+
+
 def plot(trace: list, path: str, title: str):
     import matplotlib
 
@@ -258,6 +324,8 @@ def plot_curves(run_dirs: tuple[str, ...], labels: tuple[str, ...], bin_steps: i
 def main(args: Args):
     if len(args.labels) != len(args.curves):
         raise SystemExit("error: --labels needs one label per --curves directory")
+    if len(args.commands) % 3 or not args.commands:
+        raise SystemExit("error: --commands takes vx vy yaw-rate triples, e.g. 0.8 0 0 0 0 1")
     if args.curves:
         plot_curves(args.curves, args.labels, args.bin_steps, args.curves_plot)
     for std in args.drift_stds:
@@ -265,46 +333,82 @@ def main(args: Args):
         print(f"Go1JoystickFlatTerrain-v1, random actions of std {std}: mean base velocity "
               f"vx {vx:+.3f} m/s, vy {vy:+.3f} m/s; reward exactly 0 in {zero:.0%} of the "
               "steps")  # fmt: skip
-    rows = []
+    rows, notes = [], []
     for k, path in enumerate(args.checkpoints):
         script, ckpt, agent = load(path)
-        trace = args.plot and k == 0 and ckpt["env_id"].startswith("Go1Joystick")  # its layout
-        result = evaluate(script, ckpt, agent, args.episodes, trace)
-        terms = result["terms"]
-        row = {
-            "script": f"{ckpt['script']}.py",
-            "env_id": ckpt["env_id"],
-            "seed": ckpt["args"]["seed"],
-            "total_timesteps": ckpt["global_step"],
-            "flags": flags_of(ckpt, script),
-            "eval_return": round(float(result["returns"].mean()), 2),
-            "eval_tracking_lin_vel": round(float(terms["tracking_lin_vel"].mean()), 3),
-            "eval_tracking_ang_vel": round(float(terms["tracking_ang_vel"].mean()), 3),
-            "eval_length": round(float(result["lengths"].mean()), 1),
-            "eval_falls": int(result["falls"].sum()),
-            "wall_seconds": args.wall_seconds[k] if k < len(args.wall_seconds) else "",
-        }
-        rows.append(row)
-        print(",".join(str(row[column]) for column in COLUMNS))
-        for line in breakdown(result) if "commands" in result else []:
-            print(f"  {line}")
-        if result["trace"]:
+        result = evaluate(script, ckpt, agent, args.episodes, trace=False)
+        rows.append(row_of(ckpt, script, result, args.wall_seconds[k : k + 1]))
+        notes += (
+            [f"{path}:"] + [f"  {line}" for line in breakdown(result)]
+            if "commands" in result
+            else []
+        )
+        if args.plot and k == 0 and ckpt["env_id"].startswith("Go1Joystick"):  # its slots
+            commands = np.array(args.commands).reshape(-1, 3)
+            trace = follow(script, ckpt, agent, commands, args.command_seconds)
+            notes += [f"{path}, driven by --commands:"] + [f"  {line}" for line in followed(trace)]
             name = f"{ckpt['script']}-{ckpt['env_id']}-velocity.png"
-            title = f"{ckpt['script']}.py, {ckpt['env_id']}, step {ckpt['global_step']}: episode 1"
-            plot(result["trace"], os.path.join(HERE, "plots", name), title)
-    if not args.record or not rows:
-        return
-    new = not os.path.exists(args.output)
-    with open(args.output, "a", newline="") as file:
+            title = f"{ckpt['script']}.py, {ckpt['env_id']}, step {ckpt['global_step']}"
+            plot(trace, os.path.join(HERE, "plots", name), title)
+    if rows:
+        print(table(rows))
+    print("\n".join(notes))
+    if args.record and rows:
+        record(rows, args.output)
+
+
+def row_of(ckpt: dict, script, result: dict, wall_seconds: tuple) -> dict:
+    """A checkpoint's row: the run's settings, then what its robot did on the stock task."""
+    terms = result["terms"]
+    forward = ""
+    if "commands" in result:  # Go1: the linear tracking of the steps sent forward
+        forward = round(float(result["tracking"][result["commands"][:, 0] > FORWARD].mean()), 3)
+    return {
+        "script": f"{ckpt['script']}.py",
+        "env_id": ckpt["env_id"],
+        "seed": ckpt["args"]["seed"],
+        "total_timesteps": ckpt["global_step"],
+        "flags": flags_of(ckpt, script),
+        "eval_return": round(float(result["returns"].mean()), 2),
+        "eval_tracking_lin_vel": round(float(terms["tracking_lin_vel"].mean()), 3),
+        "eval_tracking_ang_vel": round(float(terms["tracking_ang_vel"].mean()), 3),
+        "eval_length": round(float(result["lengths"].mean()), 1),
+        "eval_falls": int(result["falls"].sum()),
+        "wall_seconds": wall_seconds[0] if wall_seconds else "",
+        "eval_episodes": len(result["returns"]),
+        "eval_tracking_forward": forward,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as an aligned table with a header: what each robot did (the flags: --record)."""
+    shown = {"script": "script", "env_id": "task", "seed": "seed", "total_timesteps": "steps",
+             "eval_return": "return", "eval_tracking_lin_vel": "linear tracking",
+             "eval_tracking_forward": "forward tracking", "eval_tracking_ang_vel": "yaw tracking",
+             "eval_length": "length", "eval_falls": "falls"}  # fmt: skip
+    cells = [list(shown.values())]
+    for row in rows:
+        cells.append([str(row[key]) for key in shown])
+        cells[-1][-1] = f"{row['eval_falls']} of {row['eval_episodes']}"
+    widths = [max(len(line[i]) for line in cells) for i in range(len(shown))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)) for line in cells)
+
+
+def record(rows: list[dict], output: str):
+    """Append the rows to output (robots.csv) and their returns to results.csv beside it."""
+    new = not os.path.exists(output)
+    with open(output, "a", newline="") as file:
         writer = csv.DictWriter(file, COLUMNS)
         if new:
             writer.writeheader()
         writer.writerows(rows)
-    with open(os.path.join(HERE, "results.csv"), "a", newline="") as file:
+    with open(os.path.join(os.path.dirname(output), "results.csv"), "a", newline="") as file:
         for row in rows:  # results.csv's columns: no final_return or SPS for these rows
             values = [row["script"], row["env_id"], row["seed"], row["total_timesteps"]]
             values += [row["flags"], "", row["eval_return"], "", "", row["wall_seconds"]]
             csv.writer(file).writerow([*values, datetime.date.today().isoformat()])
+    print(f"appended {len(rows)} row{'s' * (len(rows) != 1)} to {output} and the results.csv "
+          "beside it")  # fmt: skip
 
 
 if __name__ == "__main__":

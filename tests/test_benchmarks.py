@@ -518,3 +518,81 @@ def test_robots_recomputes_each_step_s_linear_tracking_from_the_obs(tmp_path):
     assert "(20% of the steps; vx +0.00 commanded, +0.10 measured)" in lines[4]
     assert lines[5].endswith(f"{tracking[3:].mean():.3f} (40% of the steps; vx +0.70 commanded, "
                              f"+0.01 measured)")  # fmt: skip
+
+
+def short_episodes(script, monkeypatch, steps: int):
+    """The script's envs with a time limit of `steps` steps (EnvPool's make-time option)."""
+    make_envs = script.make_envs
+    monkeypatch.setattr(
+        script, "make_envs", lambda *a, **kw: make_envs(*a, max_episode_steps=steps, **kw)
+    )
+
+
+def test_robots_counts_a_fall_only_where_an_episode_terminated_and_keeps_each_first_episode(
+    monkeypatch,
+):
+    """robots.py's bookkeeping, against the pool's own flags and terms: with a time limit of 100
+    steps, env 0 driven to fall (every joint at its bound) ends early twice, while the others
+    stand until the limit. Falls count the terminated first episodes only (not those cut
+    by the time limit), lengths the first episodes' steps, and each env's reward terms are those
+    its first episode ended with, not a later one's."""
+    pytest.importorskip("envpool")
+    import robots
+
+    path = os.path.join(ROOT, "benchmarks", "robots", "ppo_continuous-Go1JoystickFlatTerrain-v1.pt")
+    script, ckpt, agent = robots.load(path)
+    short_episodes(script, monkeypatch, 100)
+
+    class FallsInEnv0:  # env 0: every joint at +1 (it falls); the others: the default pose
+        def mean_action(self, obs):
+            action = torch.zeros(obs.shape[0], 12)
+            action[0] = 1.0
+            return action
+
+    seen, step = [], script.EnvPoolVectorEnv.step
+
+    def recorded_step(self, actions):
+        result = step(self, actions)
+        seen.append(result)
+        return result
+
+    monkeypatch.setattr(script.EnvPoolVectorEnv, "step", recorded_step)
+    result = robots.evaluate(script, ckpt, FallsInEnv0(), episodes=3, trace=False)
+    first_end = [next(t for t, r in enumerate(seen) if r[2][i] or r[3][i]) for i in range(3)]
+    fell = [bool(seen[t][2][i]) for i, t in enumerate(first_end)]
+    assert fell[0] and not any(fell[1:]) and first_end[1:] == [99, 99]  # the limit is no fall
+    assert result["falls"].tolist() == fell
+    assert result["lengths"].tolist() == [t + 1 for t in first_end]
+    for i, t in enumerate(first_end):
+        ended_with = seen[t][4]["reward_terms"]["tracking_lin_vel"][i]
+        assert result["terms"]["tracking_lin_vel"][i] == ended_with
+    ends_of_0 = [t for t, r in enumerate(seen) if r[2][0] or r[3][0]]
+    assert ends_of_0[1] < 99  # a second episode of env 0 ended before the others' first
+
+
+def test_robots_prints_a_table_and_records_only_when_asked(tmp_path, capsys):
+    """robots.py evaluates 50 episodes by default and writes nothing unless --record: a user who
+    scores a committed checkpoint leaves robots.csv as it is. Its output is a table with a header,
+    whose forward tracking is the linear tracking of the steps commanded forward; --record
+    appends the row, with the episode count and the forward tracking, to the CSV given."""
+    pytest.importorskip("envpool")
+    import csv
+
+    import robots
+
+    assert robots.Args().episodes == 50 and robots.Args().record is False
+    path = os.path.join(ROOT, "benchmarks", "robots", "ppo_continuous-Go1JoystickFlatTerrain-v1.pt")
+    output = tmp_path / "robots.csv"
+    robots.main(robots.Args(checkpoints=(path,), episodes=2, output=str(output)))
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split()[:4] == ["script", "task", "seed", "steps"] and not output.exists()
+    assert printed[1].split()[0] == "ppo_continuous.py" and printed[1].endswith("of 2")
+    script, ckpt, agent = robots.load(path)
+    result = robots.evaluate(script, ckpt, agent, episodes=2, trace=False)
+    forward = result["commands"][:, 0] > 0.25
+    assert 0 < forward.sum() < len(forward)
+    expected = round(float(result["tracking"][forward].mean()), 3)
+    assert f" {expected} " in printed[1]
+    robots.main(robots.Args(checkpoints=(path,), episodes=2, output=str(output), record=True))
+    (row,) = csv.DictReader(output.open())
+    assert row["eval_episodes"] == "2" and float(row["eval_tracking_forward"]) == expected

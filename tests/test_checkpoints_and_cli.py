@@ -9,7 +9,6 @@ import os
 import re
 import signal
 
-import numpy as np
 import pytest
 import torch
 from conftest import flags, only_checkpoint, run_script, small_args
@@ -84,7 +83,8 @@ def test_best_pt_after_a_resume_is_replaced_only_by_a_better_evaluation(
     by_step = {128: 20.0, 256: 10.0, 384: 15.0, 512: 25.0}  # the evaluations' mean returns
 
     def evaluate(agent, args, videos, name, stop=None):
-        return np.array([by_step.get(int(name.removeprefix("eval_step")), 0.0)]), None
+        mean = by_step.get(int(name.removeprefix("eval_step")), 0.0)
+        return [{"return": mean, "length": 1, "fell": False, "terms": {}}], None
 
     monkeypatch.setattr(script, "evaluate", evaluate)
     script.train(small_args(script, tmp_path, eval_every=1))

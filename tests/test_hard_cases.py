@@ -53,7 +53,7 @@ def test_the_largest_count_and_seed_are_held(tmp_path, capsys):
     torch.manual_seed(args.seed)
     run.update(start_time=0.0, eval_seconds=0.0, writer=RecordingWriter())
     optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
-    progress = {"global_step": 128, "iteration": 1}
+    progress = {"global_step": 128, "iteration": 1, "command_scale": 1.0}
     ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)  # 1 SPS: an ETA of 2**63 s
     assert "| ETA 106751991167300d " in capsys.readouterr().out
 
@@ -211,7 +211,7 @@ def test_the_sps_leaves_the_evaluation_time_out(capsys):
     optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
     run = {"start_step": 0, "start_time": time.time() - 1000.0, "eval_seconds": 990.0}
     run.update(end_step=200_000, last_iteration=2, writer=RecordingWriter())
-    progress = {"global_step": 100_000, "iteration": 1}
+    progress = {"global_step": 100_000, "iteration": 1, "command_scale": 1.0}
     logged = ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)
     assert 5000 < logged["charts/SPS"] <= 10_000
     assert f"| SPS {logged['charts/SPS']} |" in capsys.readouterr().out
@@ -237,7 +237,7 @@ def test_eval_checkpoint_says_what_it_evaluates_first_and_films_anew(tmp_path, c
     ppo.train(ppo.Args(eval_checkpoint=checkpoint, env_id="toy_envs:CountsSteps-v0"))
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"evaluating {checkpoint} (step 64) on toy_envs:CountsSteps-v0: 10")
-    returns = (ppo.np.ones(1), None)
+    returns = ([{"return": 1.0, "length": 1, "fell": False, "terms": {}}], None)
     monkeypatch.setattr(ppo, "evaluate", lambda *args: (names.append(args[3]), returns)[1])
     for now in (1000.0, 1001.0):  # a re-film, a second later (a video takes longer to make)
         monkeypatch.setattr(ppo.time, "time", lambda now=now: now)

@@ -141,7 +141,7 @@ def test_reward_options_on_a_hand_computed_rollout(ppo, monkeypatch, nonnegative
     episode = [0.0 if nonnegative else -2.0, 2.0] * 2 + [0.0 if nonnegative else -2.0]
     expected = torch.tensor(episode * 2, dtype=torch.float32) * (0.01 if horizon else 1.0)
     torch.testing.assert_close(rollout["rewards"], expected[:, None].expand(10, 2))
-    assert carry["episodes"] == [(-2.0, 5)] * 4
+    assert [(e["return"], e["length"]) for e in carry["episodes"]] == [(-2.0, 5)] * 4
 
 
 def test_reward_options_keep_the_scale_of_norm_reward(ppo, monkeypatch):

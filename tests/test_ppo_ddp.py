@@ -475,8 +475,8 @@ def noted_normal(mean, std):  # the action noise: the rollout's one draw per ste
 
 torch.normal = noted_normal
 
-def start_episodes(envs, global_step, args, device):
-    carry = original(envs, global_step, args, device)
+def start_episodes(*args):
+    carry = original(*args)
     first = ",".join(f"{x:.6f}" for x in carry["obs"].flatten()[:8].tolist())
     say(f"rank {ppo_ddp.rank()} first obs {first}")
     return carry

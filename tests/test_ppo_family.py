@@ -312,7 +312,8 @@ def test_collect_rollout_counts_steps_and_episodes_and_bootstraps_from_the_final
 ):
     agent, args, carry, writer, rollout, _ = toy_rollout_and_batch(ppo, monkeypatch)
     assert carry["obs"].shape == (2, 1)
-    assert carry["episodes"] == [(5.0, 5)] * 4  # 2 envs x 2 episodes of 5 steps, reward 1
+    ended = [(e["return"], e["length"], e["fell"]) for e in carry["episodes"]]
+    assert ended == [(5.0, 5, False)] * 4  # 2 envs x 2 episodes of 5 steps, reward 1, truncated
     # Logged at the step each episode ended: steps 5 and 10 of the rollout, 2 envs per step.
     assert [s for t, _, s in writer.scalars if t == "charts/episodic_return"] == [110] * 2 + [
         120

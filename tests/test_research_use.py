@@ -345,7 +345,11 @@ def test_the_eta_of_a_long_run_is_in_days_and_hours(capsys):
     run["eval_seconds"] = 0.0  # no evaluation yet
     run.update(last_iteration=50_000, writer=NoWriter())
     optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
-    progress = {"global_step": 1000, "iteration": 1}  # 1 step per second: 100M seconds to go
+    progress = {
+        "global_step": 1000,
+        "iteration": 1,
+        "command_scale": 1.0,
+    }  # 1 step per second: 100M seconds to go
     ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)
     assert "| ETA 1157d 09:46:40" in capsys.readouterr().out
 

@@ -1,0 +1,267 @@
+"""The robots' training options, on real Go1 pools and runs: --robot-reward builds the reward from
+the env's own terms (the sum, or legged_gym's clip before the termination term),
+--command-curriculum widens the linear command ranges as the robot tracks them and resumes where
+it was, and evaluation runs the stock task whatever the training used. Also the robot measures
+(tracking, falls, length) of the progress and evaluation lines."""
+
+import dataclasses
+import importlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ALL_SCRIPTS, ROOT, allow_toy_env, only_checkpoint, read_events, small_args
+
+envpool = pytest.importorskip("envpool")
+
+GO1 = "Go1JoystickFlatTerrain-v1"
+SCRIPTS = [importlib.import_module(name) for name in [*ALL_SCRIPTS, "ppo_teacher_student"]]
+WITH_OPTIONS = [script.__name__ for script in SCRIPTS if hasattr(script.Args, "command_curriculum")]
+
+
+def go1_args(script, log_dir, **overrides):
+    """2 envs x 64 steps on Go1, 2 iterations, one evaluation episode."""
+    return small_args(script, log_dir, env_id=GO1, env_backend="envpool", **overrides)
+
+
+def stock_terms(info: dict) -> dict:
+    return {key: np.asarray(value, dtype=np.float64) for key, value in info.items()
+            if key.startswith("reward_")}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["env", "unclipped", "legged-gym"])
+def test_the_robot_reward_is_built_from_the_envs_own_terms(mode):
+    """Step by step against the pool's own numbers: unclipped is 0.02 x the sum of the 16 terms
+    (negative on most exploring steps), legged-gym clips the sum without the termination term
+    at 0 and adds that term; where the env's reward was not clipped, both equal it."""
+    script = importlib.import_module("ppo_continuous")
+    envs = script.make_envs(GO1, 8, "envpool", **({} if mode == "env" else {"reward": mode}))
+    envs.reset(seed=0)
+    pool_step, raw = envs.pool.step, []
+    envs.pool.step = lambda actions: raw.append(pool_step(actions)) or raw[-1]
+    rng, negative, falls = np.random.default_rng(0), 0, 0
+    for _ in range(120):
+        _, reward, terminated, _, _ = envs.step(np.clip(rng.normal(0, 0.5, (8, 12)), -1, 1))
+        _, env_reward, _, _, info = raw[-1]
+        terms = stock_terms(info)
+        assert len(terms) == 16
+        total = 0.02 * sum(terms.values())
+        expected = {"env": env_reward, "unclipped": total}.get(mode)
+        if mode == "legged-gym":
+            termination = 0.02 * terms["reward_termination"]
+            expected = np.maximum(total - termination, 0) + termination
+        np.testing.assert_allclose(reward, expected, rtol=1e-6, atol=1e-7)
+        inside = env_reward > 0
+        np.testing.assert_allclose(total[inside], env_reward[inside], rtol=1e-4, atol=1e-6)
+        negative += int(np.sum(reward < 0))
+        falls += int(terminated.sum())
+    envs.close()
+    assert falls > 0 and (negative > 0) == (mode != "env")
+
+
+def test_a_reward_that_is_not_the_sum_of_its_terms_is_refused_in_one_line():
+    script = importlib.import_module("ppo_continuous")
+    with pytest.raises(SystemExit, match="this task's reward is not 0.02 x the sum of its"):
+        script.robot_reward({"reward_a": np.array([1.0])}, np.array([0.5]), "unclipped", 0.02)
+
+
+def episodes(tracking: list[float]) -> dict:
+    return {"episodes": [{"terms": {"tracking_lin_vel": value}} for value in tracking]}
+
+
+def test_the_curriculum_widens_by_a_quarter_once_the_last_episodes_track_and_stops_at_the_task():
+    """Widens only with num_envs episodes at the current range, on the mean of the last num_envs
+    of them (>= 0.75), by 0.25, to 1 (the task's own ranges) and never past it."""
+    script = importlib.import_module("ppo_continuous")
+    args = script.Args(num_envs=4, command_curriculum=True)
+    assert script.CURRICULUM == (0.5, 0.25, 0.75)
+    for tracking, widens in [
+        ([0.9, 0.9, 0.9], False),  # 3 episodes, fewer than num_envs
+        ([0.9, 0.9, 0.9, 0.74], True),  # mean 0.86
+        ([0.1, 0.75, 0.75, 0.75, 0.75], True),  # the last 4: the first is older
+        ([0.9, 0.74, 0.74, 0.74, 0.74], False),
+    ]:
+        progress = {"command_scale": 0.5}
+        assert script.widen_commands(episodes(tracking), progress, args) == widens, tracking
+        assert progress["command_scale"] == (0.75 if widens else 0.5)
+    progress = {"command_scale": 0.5}
+    for expected in (0.75, 1.0, 1.0):
+        script.widen_commands(episodes([1.0] * 4), progress, args)
+        assert progress["command_scale"] == expected
+    assert not script.widen_commands(episodes([1.0] * 4), progress, args)
+
+
+def test_the_command_ranges_are_the_tasks_times_the_scale():
+    script = importlib.import_module("ppo_continuous")
+    assert script.commands_at(GO1, 0.5) == {"command_a0": 0.75, "command_a1": 0.4}
+    humanoid = script.commands_at("BerkeleyHumanoidJoystickFlatTerrain-v1", 0.75)
+    assert humanoid == {"lin_vel_x_min": -0.75, "lin_vel_x_max": 0.75, "lin_vel_y_min": -0.75,
+                        "lin_vel_y_max": 0.75}  # fmt: skip
+
+
+def recording_pools(script, monkeypatch) -> list[dict]:
+    """Every pool the adapter makes: who made it (evaluate or not), its make-time command ranges
+    and its reward mode."""
+    made, reset = [], script.EnvPoolVectorEnv.reset
+
+    def recorded_reset(self, seed, options=None):
+        result = reset(self, seed, options)
+        config = self.pool.spec.config
+        evaluating = any(frame.function == "evaluate" for frame in __import__("inspect").stack())
+        made.append({"evaluate": evaluating, "a0": config.command_a0, "a1": config.command_a1,
+                     "reward": self.reward, "seed": seed})  # fmt: skip
+        return result
+
+    monkeypatch.setattr(script.EnvPoolVectorEnv, "reset", recorded_reset)
+    return made
+
+
+@pytest.mark.parametrize("name", [name for name in WITH_OPTIONS if name != "appo_vtrace"])
+def test_a_curriculum_run_widens_saves_and_resumes_at_its_range_and_evaluates_the_stock_task(
+    name, tmp_path, monkeypatch
+):
+    """A real run with --command-curriculum (its threshold 0: it widens at every chance) and
+    --robot-reward unclipped: its training pools go 0.75 -> 1.125 -> 1.5 m/s for vx (0.4 -> 0.6
+    -> 0.8 for vy) and never past; the checkpoint saves the scale and a resume makes its pools
+    there; every evaluation pool (periodic, final, --eval-checkpoint) is the stock task with the
+    env's own reward."""
+    script = importlib.import_module(name)
+    allow_toy_env(script, monkeypatch)
+    options = dict(command_curriculum=True, robot_reward="unclipped", eval_every=1)
+    if name == "ppo_teacher_student":  # a student needs a Go1 teacher: a short one
+        teacher = importlib.import_module("ppo_continuous")
+        teacher.train(go1_args(teacher, tmp_path / "teacher", privileged_actor=True))
+        options.update(teacher=only_checkpoint(tmp_path / "teacher"), history=2)
+    monkeypatch.setattr(script, "CURRICULUM", (0.5, 0.25, 0.0))
+    made = recording_pools(script, monkeypatch)
+    log_dir = tmp_path / "run"
+    args = go1_args(script, log_dir, total_timesteps=512, num_steps=128, init_logstd=0.5, **options)
+    script.train(args)
+    training = [pool for pool in made if not pool["evaluate"]]
+    ranges = [(pool["a0"], pool["a1"]) for pool in training]
+    np.testing.assert_allclose(ranges[:2], [(0.75, 0.4), (1.125, 0.6)])
+    assert max(ranges) <= (1.5, 0.8)
+    assert all(pool["reward"] == "unclipped" for pool in training)
+    evaluation = [pool for pool in made if pool["evaluate"]]
+    teacher = name == "ppo_teacher_student"  # a student also evaluates its teacher first
+    assert len(evaluation) == 3 + teacher  # after each iteration (--eval-every 1), the final one
+    assert all((p["a0"], p["a1"], p["reward"]) == (1.5, 0.8, "env") for p in evaluation)
+    checkpoint = only_checkpoint(log_dir)
+    ckpt = script.load_checkpoint(checkpoint)
+    scale = ckpt["command_scale"]
+    assert scale in (0.75, 1.0) and 1.5 * scale == pytest.approx(training[-1]["a0"])
+    events = read_events(os.path.dirname(checkpoint))
+    logged = [point.value for point in events.Scalars("charts/command_scale")]
+    np.testing.assert_allclose(logged, [a0 / 1.5 for a0, _ in ranges[:2]])  # each iteration's
+    made.clear()
+    resumed = dataclasses.replace(script.saved_args(ckpt), resume=checkpoint, total_timesteps=768)
+    script.train(resumed)
+    first = next(pool for pool in made if not pool["evaluate"])
+    assert first["a0"] == pytest.approx(1.5 * scale) and first["seed"] == args.seed + 512
+    made.clear()
+    script.train(script.Args(eval_checkpoint=checkpoint, eval_episodes=1, env_id=GO1,
+                             env_backend="envpool"))  # fmt: skip
+    assert made and all((p["a0"], p["reward"]) == (1.5, "env") for p in made)
+
+
+@pytest.mark.parametrize("name", WITH_OPTIONS)
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--command-curriculum"],
+        ["--robot-reward", "unclipped"],
+        ["--robot-reward", "legged-gym", "--env-backend", "envpool", "--env-id", "Hopper-v5"],
+    ],
+)
+def test_the_robot_options_on_a_task_without_commands_are_one_line(name, flags):
+    result = subprocess.run([sys.executable, f"{name}.py", *flags], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("error: --robot-reward and --command-curriculum train EnvPool")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_progress_and_evaluation_lines_say_what_the_robot_does(tmp_path):
+    """Go1: the progress line, the final evaluation and --eval-checkpoint give the tracking, the
+    falls and the mean length of their episodes, recomputed here from the TensorBoard points
+    (the progress line: the last 10 training episodes); Hopper keeps its line."""
+    command = [sys.executable, "ppo_continuous.py", "--env-backend", "envpool", "--env-id", GO1]
+    command += ["--num-envs", "4", "--num-steps", "128", "--total-timesteps", "1024"]
+    command += ["--eval-episodes", "2", "--log-dir", str(tmp_path), "--init-logstd", "0.5"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    events = read_events(os.path.dirname(only_checkpoint(tmp_path)))
+    lin = [p.value for p in events.Scalars("reward_terms/tracking_lin_vel")][-10:]
+    yaw = [p.value for p in events.Scalars("reward_terms/tracking_ang_vel")][-10:]
+    lengths = [p.value for p in events.Scalars("charts/episodic_length")][-10:]
+    falls = sum(length < 1000 for length in lengths)  # a Go1 episode ends early by a fall only
+    expected = f"| tracking lin {np.mean(lin):.3f} yaw {np.mean(yaw):.3f} | falls {falls} of "
+    expected += f"{len(lin)} | length {np.mean(lengths):.0f}"
+    assert lines[-2].startswith("iter 2/2 | step 1024 | return ") and expected in lines[-2]
+    final = lines[-1]
+    assert final.startswith("deterministic eval over 2 episodes: ") and "| falls " in final
+    evaluated = subprocess.run(
+        [sys.executable, "ppo_continuous.py", "--eval-checkpoint", only_checkpoint(tmp_path),
+         "--eval-episodes", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    measures = final.split(": ", 1)[1].split("; checkpoint")[0]  # "return | tracking ..."
+    assert evaluated.stdout.splitlines()[-1].endswith(measures.split(" | ", 1)[1])
+    hopper = subprocess.run(
+        [sys.executable, "ppo_continuous.py", "--total-timesteps", "2048", "--num-envs", "1",
+         "--eval-episodes", "1", "--log-dir", str(tmp_path / "h")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "tracking" not in hopper.stdout and "falls" not in hopper.stdout
+
+
+class RecordingConn:
+    """An actor's pipe, as the learner reads it, keeping every rollout that came through."""
+
+    def __init__(self, conn, received: list):
+        self.conn, self.received = conn, received
+
+    def fileno(self):  # multiprocessing.connection.wait
+        return self.conn.fileno()
+
+    def recv(self):
+        self.received.append(self.conn.recv())
+        return self.received[-1]
+
+    def close(self):
+        self.conn.close()
+
+
+def test_appo_actors_make_their_envs_at_the_scale_the_learner_publishes(tmp_path, monkeypatch):
+    """appo_vtrace.py: the learner decides (its threshold 0 here: at every chance) and publishes
+    the scale; each actor's rollouts say at which scale they ran, and every command they observed
+    (Go1's state[45:47]) lies in that scale's ranges; the actors' rewards are the unclipped sum
+    (negative where exploring costs more than it pays); the checkpoint and a resume keep it."""
+    appo = importlib.import_module("appo_vtrace")
+    monkeypatch.setattr(appo, "CURRICULUM", (0.5, 0.25, 0.0))
+    received, start_actors = [], appo.start_actors
+
+    def recording_start_actors(*args):
+        actors = start_actors(*args)
+        actors["conns"] = [RecordingConn(conn, received) for conn in actors["conns"]]
+        return actors
+
+    monkeypatch.setattr(appo, "start_actors", recording_start_actors)
+    options = dict(command_curriculum=True, robot_reward="unclipped", init_logstd=0.5)
+    args = go1_args(appo, tmp_path, total_timesteps=768, num_steps=128, **options)
+    appo.train(args)
+    scales = [rollout["command_scale"] for rollout in received]
+    assert scales == sorted(scales) and scales[0] == 0.5 and max(scales) >= 0.75
+    for rollout in received:
+        commands, scale = rollout["obs"][..., 45:47].reshape(-1, 2), rollout["command_scale"]
+        assert (np.abs(commands) <= [1.5 * scale, 0.8 * scale]).all()
+    assert min(rollout["rewards"].min() for rollout in received) < 0
+    ckpt = appo.load_checkpoint(only_checkpoint(tmp_path))
+    assert ckpt["command_scale"] == 1.0  # 0.5, 0.75, 1.0: a widening after each update
+    received.clear()
+    resumed = dataclasses.replace(appo.saved_args(ckpt), resume=only_checkpoint(tmp_path),
+                                  total_timesteps=1024)  # fmt: skip
+    appo.train(resumed)
+    assert received and all(rollout["command_scale"] == 1.0 for rollout in received)
