@@ -218,12 +218,15 @@ class Agent(nn.Module):
         critic_dim = len(range(obs_dim)[self.critic_cols])
         self.critic = mlp(critic_dim, args.critic_layers, 1, out_std=1.0)
         self.symmetric = args.symmetry == "network"
-        robot = {"state": self.actor_dim, "privileged_state": obs_dim - self.actor_dim}
-        self.obs_parts = robot if self.actor_dim < obs_dim else {}  # for flat_mirror
+        # flat_mirror's parts: the env's, whatever the actor reads (--privileged-actor: both).
+        state = obs_dim if actor_dim is None else actor_dim
+        robot = {"state": state, "privileged_state": obs_dim - state}
+        self.obs_parts = robot if state < obs_dim else {}
         if self.symmetric:  # mu(M_o s) = M_a mu(s), V(M_o s) = V(s), for every weight
             mirror_obs, mirror_act = make_mirror_fns(args.env_id)
-            critic_in = ["privileged_state" if privileged else "state"]
-            actor_mirror = flat_mirror(mirror_obs, self.obs_parts, ["state"])
+            actor_in = ["state"] if self.actor_dim < obs_dim else None  # None: every part
+            critic_in = ["privileged_state"] if privileged else actor_in
+            actor_mirror = flat_mirror(mirror_obs, self.obs_parts, actor_in)
             self.actor_mean = Symmetrized(self.actor_mean, actor_mirror, mirror_act)
             critic_mirror = flat_mirror(mirror_obs, self.obs_parts, critic_in)
             self.critic = Symmetrized(self.critic, critic_mirror, nn.Identity())
