@@ -6,6 +6,7 @@ of Go1JoystickFlatTerrain-v1."""
 
 import dataclasses
 import importlib
+import json
 import os
 import re
 import shutil
@@ -210,6 +211,8 @@ def test_the_export_takes_state_only_and_acts_as_evaluation(go1_run, tmp_path):
     assert exported.returncode == 0, exported.stderr
     session = onnxruntime.InferenceSession(str(output), providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].shape[1] == STATE
+    metadata = session.get_modelmeta().custom_metadata_map  # what a deployment reads (README)
+    assert json.loads(metadata["obs_dim"]) == STATE  # not the 171 of [state | privileged_state]
     ckpt = script.load_checkpoint(checkpoint)
     agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt), STATE)
     agent.load_state_dict(ckpt["agent"])
