@@ -39,7 +39,7 @@ def test_without_a_process_group_the_helpers_are_the_identity():
 
 # The checks run in one torchrun job (each launch costs seconds); each prints its own verdict.
 TWO_RANK_CHECKS = """
-import traceback
+import time, traceback
 import torch, torch.distributed as dist, ppo_ddp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -139,9 +139,31 @@ def target_kl_agreed(rank):
         assert len(calls) == epochs * 2, (target, len(calls))
 
 
+def sync_check_compares_buffers(rank):
+    # The same parameters on both ranks, and on rank 1 other statistics: of the observation
+    # normalizer (the agent's buffers), then of the reward scaler. The check must fail on both.
+    sleep, time.sleep = time.sleep, lambda seconds: None  # rank 1's fail() waits for rank 0's line
+    try:
+        for name in ("obs_rms", "reward_rms"):
+            torch.manual_seed(0)
+            agent, reward_rms = ppo_ddp.Agent(3, 2, ppo_ddp.Args()), ppo_ddp.RunningMeanStd()
+            if rank == 1:  # (by hand: update() merges the statistics of both ranks)
+                for buffer in (agent.obs_rms if name == "obs_rms" else reward_rms).buffers():
+                    buffer.add_(1.0)
+            try:
+                ppo_ddp.check_in_sync(agent, reward_rms)
+                raise AssertionError(f"other {name} statistics passed the check")
+            except SystemExit as e:
+                expected = f"ranks differ from rank 0 in {name}.mean, {name}.var, {name}.count"
+                assert str(e).endswith(expected), str(e)
+    finally:
+        time.sleep = sleep
+
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-for check in (all_moments, global_advantages, manual_all_reduce, target_kl_agreed):
+checks = (all_moments, global_advantages, manual_all_reduce, target_kl_agreed)
+for check in (*checks, sync_check_compares_buffers):
     try:
         check(rank)
         print(f"rank {rank}: {check.__name__} passed", flush=True)
@@ -176,6 +198,10 @@ def test_no_ddp_averages_the_gradients_by_hand_as_ddp_does(two_rank_checks):
 
 def test_target_kl_stops_every_rank_at_the_same_epoch_on_the_mean_kl(two_rank_checks):
     assert two_rank_checks.count("target_kl_agreed passed") == 2, two_rank_checks
+
+
+def test_the_sync_check_compares_the_normalizers_statistics_too(two_rank_checks):
+    assert two_rank_checks.count("sync_check_compares_buffers passed") == 2, two_rank_checks
 
 
 # ---------------------------------------------------------------------------------------------
