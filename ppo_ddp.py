@@ -250,6 +250,10 @@ class Agent(nn.Module):
 # Distributed: ranks decide alike from shared statistics; alone, each helper is the identity -------
 def init_distributed(args: Args):
     """Join the process group torchrun describes in the environment; without one, run alone."""
+    missing = [name for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not os.getenv(name)]
+    if "RANK" in os.environ and missing:  # a RANK left in the shell (a cluster's), not torchrun's
+        fail(f"RANK is set but not {', '.join(missing)}: start ranks with torchrun (README), or "
+             "one process with RANK unset (env -u RANK python ppo_ddp.py ...)")  # fmt: skip
     if "RANK" in os.environ:  # started by torchrun
         cuda = args.cuda and torch.cuda.is_available()  # else check_args fails in one line
         if cuda:  # one GPU per rank ("cuda" is then this one); NCCL averages the gradients
@@ -734,7 +738,7 @@ def fail(message: str):
     """Bad input: one line on stderr and exit code 1, no traceback: rank 0's, under torchrun. The
     other ranks wait first: torchrun stops every rank once one exits, which could stop rank 0
     before it has printed; a rank that fails alone says why after the wait."""
-    rank_ = os.environ.get("RANK", "0")
+    rank_ = os.environ.get("RANK", "0") if "WORLD_SIZE" in os.environ else "0"  # RANK alone: none
     if rank_ != "0":
         time.sleep(10.0)
     raise SystemExit(f"error: {message}" if rank_ == "0" else f"error (rank {rank_}): {message}")

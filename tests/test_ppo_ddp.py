@@ -8,12 +8,14 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 import torch
-from conftest import flags, read_events, torchrun
+from conftest import ROOT, flags, read_events, torchrun
 
 import ppo_ddp
 
@@ -650,6 +652,7 @@ def test_a_rank_other_than_0_waits_before_it_says_why_it_stops(monkeypatch):
     waits = []
     monkeypatch.setattr(ppo_ddp.time, "sleep", waits.append)
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit) as stopped:
         ppo_ddp.fail("no space left on device")
     assert waits == [10.0] and stopped.value.code == "error (rank 1): no space left on device"
@@ -657,3 +660,24 @@ def test_a_rank_other_than_0_waits_before_it_says_why_it_stops(monkeypatch):
     with pytest.raises(SystemExit) as stopped:
         ppo_ddp.fail("no space left on device")
     assert waits == [10.0] and stopped.value.code == "error: no space left on device"
+
+
+def test_a_rank_left_in_the_shell_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    """RANK set without torchrun (a cluster's shell may leave it), so without the rest that a
+    process group needs: one line that says what to do, exit code 1, before a run directory is
+    made; at once, whatever the RANK (no rank waits: there are no others)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "MASTER_ADDR")}
+    command = [sys.executable, "ppo_ddp.py", *SMALL, "--log-dir", str(tmp_path / "runs")]
+    done = subprocess.run(command, cwd=ROOT, env={**env, "RANK": "0", "MASTER_PORT": "29500"},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    line = "error: RANK is set but not WORLD_SIZE, MASTER_ADDR: start ranks with torchrun (README)"
+    assert done.returncode == 1 and done.stderr.startswith(line), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and not list((tmp_path / "runs").iterdir())
+    waits = []
+    monkeypatch.setattr(ppo_ddp.time, "sleep", waits.append)
+    monkeypatch.setenv("RANK", "3")
+    for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit, match="^error: RANK is set but not WORLD_SIZE, MASTER_ADDR, M"):
+        ppo_ddp.init_distributed(ppo_ddp.Args())
+    assert waits == []
