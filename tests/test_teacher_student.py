@@ -378,6 +378,15 @@ def test_a_resume_goes_on_distilling(hopper_teacher, tmp_path):
     with pytest.raises(SystemExit, match="^error: --history cannot change on resume"):
         ts.train(ts.Args(**{**vars(hopper_args(hopper_teacher, tmp_path)), "resume": path,
                             "total_timesteps": 512, "history": 3}))  # fmt: skip
+    # A student's file that is no run's checkpoint.pt (a committed one): a new run goes on from it.
+    committed = tmp_path / "students" / "ppo_teacher_student-Hopper-v5.pt"
+    committed.parent.mkdir()
+    committed.write_bytes(open(path, "rb").read())
+    typed = ["--resume", str(committed), "--total-timesteps", "512"]
+    ts.train(ts.parse_args([*typed, "--log-dir", str(tmp_path / "runs")]))
+    assert list(committed.parent.iterdir()) == [committed]
+    assert committed.read_bytes() == open(path, "rb").read()
+    assert ts.load_checkpoint(only_checkpoint(tmp_path / "runs"))["global_step"] == 512
 
 
 def test_go1_student_reads_state_and_history(tmp_path):
