@@ -954,15 +954,12 @@ def check_args(args: Args):
     positive += ["num_actors", "num_rollouts", "target_update_freq", "clip_rho", "clip_c"]
     at_least_0 = ["seed", "ent_coef", "vf_coef", "weight_decay", "bounds_loss_coef", "l2c2_coef"]
     at_least_0 += ["checkpoint_every", "eval_every"]
-    for name in positive + at_least_0:
-        value = getattr(args, name)
-        if value is None:  # None: the flag's documented default applies
-            continue
+    for name in [name for name in positive + at_least_0 if getattr(args, name) is not None]:
+        value = getattr(args, name)  # (None: the flag's documented default applies)
         if isinstance(value, int) and value >= 2**63:  # torch's seed, TensorBoard's step: int64
             fail(f"{flag(name)} must lie in [{int(name in positive)}, 2**63 - 1], got {value}")
         if not math.isfinite(value) or value < 0 or (value == 0 and name in positive):
-            kind = "positive" if name in positive else ">= 0"
-            fail(f"{flag(name)} must be {kind}, got {value}")
+            fail(f"{flag(name)} must be {'positive' if name in positive else '>= 0'}, got {value}")
     for name in ("actor_layers", "critic_layers"):
         if not all(size > 0 for size in getattr(args, name)):
             fail(f"{flag(name)} must be positive sizes, got {getattr(args, name)}")
@@ -979,6 +976,8 @@ def check_args(args: Args):
         fail(f"--tau must lie in (0, 1], got {args.tau}")
     if not math.isfinite(args.init_logstd):
         fail(f"--init-logstd must be a finite number, got {args.init_logstd}")
+    if len(os.fsencode(f"{args.env_id}__{args.exp_name}")) > 200:  # a folder's name: 255 bytes
+        fail(f"--exp-name is too long ({len(args.exp_name)} characters) for the run's folder name")
     if args.init_from is not None and args.resume is not None:
         fail("--init-from starts a new run from a checkpoint's weights, --resume goes on with its "
              "run: one or the other")  # fmt: skip
@@ -987,8 +986,8 @@ def check_args(args: Args):
     if args.track and importlib.util.find_spec("wandb") is None:
         fail("--track needs wandb: pip install -r requirements-extras.txt")
     folders = {"--log-dir": args.log_dir} if args.eval_checkpoint is None else {}
-    if args.resume is not None and os.path.exists(args.resume):  # it goes on in its own folder
-        folders = {"--resume": run_dir_of(args.resume)}
+    if args.resume is not None and os.path.exists(args.resume) and run_dir_of(args.resume, True):
+        folders = {"--resume": run_dir_of(args.resume)}  # it goes on in its own folder
     folders.update({"--video-dir": args.video_dir} if args.capture_video else {})
     for name, path in folders.items():  # made now, and written to: os.access says yes to root
         try:
@@ -1032,8 +1031,8 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
 
 
 def start_run(args: Args, plan: dict, can_film: bool) -> dict:
-    """The run's directory (a resume's own), video folder, clock, start line (run_guard says it)."""
-    run_dir = run_dir_of(args.resume) if args.resume is not None else new_run_dir(args)
+    """The run's directory (a resume's own, if it has one), video folder, clock, start line."""
+    run_dir = (args.resume and run_dir_of(args.resume, resume=True)) or new_run_dir(args)
     run = {**plan, "dir": run_dir, "checkpoint": os.path.join(run_dir, "checkpoint.pt")}
     run["videos"] = os.path.join(args.video_dir, os.path.basename(run_dir)) if can_film else None
     run["start_time"], run["eval_seconds"], note = time.time(), 0.0, ""
@@ -1059,9 +1058,10 @@ def new_run_dir(args: Args) -> str:
             return path
 
 
-def run_dir_of(path: str) -> str:
-    """The run directory of a checkpoint (or the directory itself)."""
-    return os.path.abspath(path) if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+def run_dir_of(path: str, resume: bool = False) -> str | None:
+    """The run directory of a checkpoint (or the directory itself); resume: None if not a run's."""
+    if os.path.isdir(path) or not resume or os.path.basename(path) in ("checkpoint.pt", "best.pt"):
+        return os.path.abspath(path if os.path.isdir(path) else os.path.dirname(path))
 
 
 def open_run(run: dict, args: Args):
@@ -1077,10 +1077,12 @@ def open_run(run: dict, args: Args):
     say(run["start_line"])
     if args.track:  # Extra: W&B mirrors every TensorBoard tag; a resumed run goes on in its run
         wandb, name = importlib.import_module("wandb"), os.path.basename(run["dir"])
-        # W&B's files: $WANDB_DIR or ./wandb (in the run directory it would sync its own copies)
         run_id = re.sub(r"[^A-Za-z0-9_-]", "-", name)[-64:]
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, id=run_id, name=name,
-                   config=vars(args), sync_tensorboard=True, resume="allow")  # fmt: skip
+        settings = dict(project=args.wandb_project_name, entity=args.wandb_entity, resume="allow")
+        try:  # W&B's files: $WANDB_DIR or ./wandb (in the run directory it would sync its copies)
+            wandb.init(id=run_id, name=name, config=vars(args), sync_tensorboard=True, **settings)
+        except wandb.errors.UsageError as e:  # no login (no key, no terminal to ask on)
+            fail(f"--track: {e} Or track offline: WANDB_MODE=offline (wandb sync uploads it later)")
     run["writer"] = SummaryWriter(run["dir"])
     table = "\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
     run["writer"].add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -1287,11 +1289,12 @@ def resume_run(ckpt: dict, args: Args, agent, target_agent, optimizers, reward_r
             group.update(setting)
     reward_rms.load_state_dict(ckpt["reward_rms"])
     torch.set_rng_state(ckpt["rng"]["torch"])
-    ignored = ("resume", "log_dir", "init_from")  # the run goes on in its own directory
-    changed = [f"{k}={v}" for k, v in vars(args).items() if ckpt["args"].get(k) != v]
-    changed = ", ".join(text for text in changed if text.split("=")[0] not in ignored) or "none"
+    typed = {k: v for k, v in vars(args).items() if k not in ("resume", "log_dir", "init_from")}
+    changed = ", ".join(f"{k}={v}" for k, v in typed.items() if ckpt["args"].get(k) != v) or "none"
     print(f"resuming {args.resume} at step {ckpt['global_step']}; changed: {changed}")
-    if args.log_dir != ckpt["args"]["log_dir"]:
+    if not run_dir_of(args.resume, resume=True):  # no run's checkpoint.pt or best.pt: committed
+        print(f"note: {args.resume} stays as it is: a new run goes on from it (under --log-dir)")
+    elif args.log_dir != ckpt["args"]["log_dir"]:
         print(f"note: --log-dir is ignored on resume: the run goes on in {run_dir_of(args.resume)}")
     keys = ("global_step", "iteration", "lr_scale", "best_eval", "command_scale")
     progress = {key: ckpt.get(key, 1.0) for key in keys}  # command_scale: 1.0 in older ones

@@ -504,6 +504,30 @@ def test_each_update_starts_at_ratio_one_to_the_target_network(tmp_path, monkeyp
     assert max(behaviour_gaps) > 1e-4
 
 
+def test_each_update_normalizes_with_the_statistics_its_batch_was_valued_with(
+    tmp_path, monkeypatch
+):
+    """The learner values its batch (and takes the target's log-probs) with the normalizer as it
+    stands; the update must normalize the batch with those same statistics, which take the batch
+    in only after it (as ppo_continuous.py's). So each update's first minibatch gives its values
+    back, and the normalizer holds the earlier batches only. Hopper's observations move the
+    statistics (a constant observation, as the toy env's, would hide a normalizer updated early)."""
+    ppo_loss, seen = appo.ppo_loss, []
+
+    def spy_ppo_loss(agent, mb, args):
+        loss, terms, new = ppo_loss(agent, mb, args)
+        gap = (new["values"] - mb["values"]).abs().max().item()
+        seen.append((agent.obs_rms.count.item(), gap))
+        return loss, terms, new
+
+    monkeypatch.setattr(appo, "ppo_loss", spy_ppo_loss)
+    # 3 updates of one rollout of 2 envs x 64 steps, each of 2 minibatches.
+    appo.train(small_args(appo, tmp_path, env_id=ENV_ID, total_timesteps=384))
+    counts, gaps = zip(*seen[::2])
+    assert counts == pytest.approx([1e-4, 1e-4 + 128, 1e-4 + 256], abs=1e-9)
+    assert max(gaps) < 1e-5
+
+
 def test_truncated_episodes_bootstrap_from_final_obs(tmp_path):
     value = trained_value(appo, short_args(tmp_path, total_timesteps=20_000, **BOOTSTRAP_RUN))
     assert value == pytest.approx(10.0, rel=0.15)  # see BOOTSTRAP_RUN

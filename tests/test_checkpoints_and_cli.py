@@ -35,6 +35,26 @@ def test_resume_with_other_num_envs_and_flags_set_back_to_default(script, tmp_pa
     assert script.train(args)["global_step"] == 768
 
 
+def test_a_checkpoint_of_no_run_goes_on_in_a_new_run_and_stays_as_it_is(script, tmp_path, capsys):
+    """A checkpoint file that is no run's checkpoint.pt or best.pt (README: the committed
+    benchmarks/robots/<script>-<env>.pt, three in one folder) is not its folder's run: a resume
+    of it goes on in a new run directory under --log-dir, and leaves the file and its folder as
+    they were (no checkpoint.pt, event file or .lock beside it)."""
+    script.train(small_args(script, tmp_path / "trained"))
+    committed = tmp_path / "robots" / f"{script.__name__}-Walker2d-v5.pt"
+    committed.parent.mkdir()
+    committed.write_bytes(open(only_checkpoint(tmp_path / "trained"), "rb").read())
+    saved = committed.read_bytes()
+    capsys.readouterr()
+    typed = flags(resume=committed, total_timesteps=384, log_dir=tmp_path / "runs")
+    assert script.train(script.parse_args(typed))["global_step"] == 384
+    assert list(committed.parent.iterdir()) == [committed] and committed.read_bytes() == saved
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert script.load_checkpoint(str(run_dir / "checkpoint.pt"))["global_step"] == 384
+    out = capsys.readouterr().out
+    assert f"note: {committed} stays as it is: a new run goes on from it (under --log-dir)" in out
+
+
 def test_a_resume_goes_on_from_every_value_its_checkpoint_holds(ppo, tmp_path, monkeypatch):
     """The first resumed iteration starts where the saved run stopped: the agent (its normalizer
     included), the optimizers' moments, the reward scaler, torch's generator, the step and the

@@ -126,6 +126,22 @@ def test_track_without_wandb_names_the_pip_command(script, tmp_path, monkeypatch
         script.train(small_args(script, tmp_path, track=True))
 
 
+@pytest.mark.parametrize("name", [*ALL_SCRIPTS, "ppo_teacher_student"])
+def test_an_exp_name_too_long_for_a_folder_name_is_one_line(name, tmp_path, monkeypatch):
+    """The run directory is named {env_id}__{exp_name}__{seed}__{time}, and a file system takes
+    names of 255 bytes at most: 300 letters are one line before any env is built (they were
+    OSError: File name too long), and the longest --exp-name that is taken makes its folder."""
+    script = importlib.import_module(name)
+    monkeypatch.setattr(script.gym, "make_vec", no_env)
+    args = small_args(script, tmp_path / "runs", exp_name="a" * 300)
+    with pytest.raises(SystemExit, match="^error: --exp-name is too long \\(300 characters\\)"):
+        script.train(args)
+    assert not (tmp_path / "runs").exists()
+    longest = dataclasses.replace(args, exp_name="a" * (200 - len("Walker2d-v5__")), seed=2**63 - 1)
+    script.check_args(longest)
+    assert os.path.isdir(script.new_run_dir(longest))
+
+
 def test_files_that_are_not_checkpoints_say_what_is_wrong(script, saved_run, tmp_path):
     payload = open(saved_run, "rb").read()
     (tmp_path / "random.pt").write_bytes(os.urandom(2000))

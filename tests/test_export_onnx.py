@@ -5,6 +5,7 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -190,6 +191,34 @@ def test_a_dict_observation_run_exports_from_its_directory(tmp_path, capsys):
     session = onnxruntime.InferenceSession(str(run_dir / "policy.onnx"))
     assert session.get_inputs()[0].shape[1] == 5
     assert "onnxruntime deterministic return 5.0" in capsys.readouterr().out
+
+
+def test_each_checkpoint_of_a_folder_exports_to_a_file_of_its_own(tmp_path):
+    """Without --output the file goes beside the checkpoint, named after it: a run's checkpoint.pt
+    to policy.onnx (as README's deployment reads it), any other X.pt to X.onnx. So the checkpoints
+    that share a folder (best.pt beside checkpoint.pt; the three committed in benchmarks/robots/)
+    each export their own policy, none over another's."""
+    ppo = importlib.import_module("ppo_continuous")
+    fields = dict(env_id="toy_envs:DictObservations-v0", total_timesteps=64, num_envs=2)
+    fields.update(num_steps=16, num_minibatches=2, update_epochs=1, log_dir=str(tmp_path / "runs"))
+    for seed in (1, 2):
+        ppo.train(ppo.Args(seed=seed, **fields))
+    runs = sorted((tmp_path / "runs").glob("*"))
+    robots = tmp_path / "robots"
+    robots.mkdir()
+    for name, run_dir in zip(("ppo_continuous-A", "ppo_continuous-B"), runs):
+        shutil.copy(run_dir / "checkpoint.pt", robots / f"{name}.pt")
+        export_onnx.main(export_onnx.Args(checkpoint=str(robots / f"{name}.pt")))
+    export_onnx.main(export_onnx.Args(checkpoint=str(runs[0] / "checkpoint.pt")))
+    names = ["ppo_continuous-A.onnx", "ppo_continuous-A.pt", "ppo_continuous-B.onnx"]
+    assert sorted(path.name for path in robots.iterdir()) == [*names, "ppo_continuous-B.pt"]
+    obs = np.linspace(-1, 1, 10, dtype=np.float32).reshape(2, 5)
+    actions = []
+    for path in (robots / names[0], robots / names[2], runs[0] / "policy.onnx"):
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        actions.append(session.run(None, {"obs": obs})[0])
+    assert not np.array_equal(actions[0], actions[1])  # the seeds' own policies
+    np.testing.assert_array_equal(actions[0], actions[2])  # A is the first run's checkpoint.pt
 
 
 def test_a_full_disk_while_exporting_is_one_line(tmp_path):

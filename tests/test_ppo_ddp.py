@@ -8,12 +8,14 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 import torch
-from conftest import flags, read_events, torchrun
+from conftest import ROOT, flags, read_events, torchrun
 
 import ppo_ddp
 
@@ -39,7 +41,7 @@ def test_without_a_process_group_the_helpers_are_the_identity():
 
 # The checks run in one torchrun job (each launch costs seconds); each prints its own verdict.
 TWO_RANK_CHECKS = """
-import traceback
+import time, traceback
 import torch, torch.distributed as dist, ppo_ddp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -139,9 +141,31 @@ def target_kl_agreed(rank):
         assert len(calls) == epochs * 2, (target, len(calls))
 
 
+def sync_check_compares_buffers(rank):
+    # The same parameters on both ranks, and on rank 1 other statistics: of the observation
+    # normalizer (the agent's buffers), then of the reward scaler. The check must fail on both.
+    sleep, time.sleep = time.sleep, lambda seconds: None  # rank 1's fail() waits for rank 0's line
+    try:
+        for name in ("obs_rms", "reward_rms"):
+            torch.manual_seed(0)
+            agent, reward_rms = ppo_ddp.Agent(3, 2, ppo_ddp.Args()), ppo_ddp.RunningMeanStd()
+            if rank == 1:  # (by hand: update() merges the statistics of both ranks)
+                for buffer in (agent.obs_rms if name == "obs_rms" else reward_rms).buffers():
+                    buffer.add_(1.0)
+            try:
+                ppo_ddp.check_in_sync(agent, reward_rms)
+                raise AssertionError(f"other {name} statistics passed the check")
+            except SystemExit as e:
+                expected = f"ranks differ from rank 0 in {name}.mean, {name}.var, {name}.count"
+                assert str(e).endswith(expected), str(e)
+    finally:
+        time.sleep = sleep
+
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-for check in (all_moments, global_advantages, manual_all_reduce, target_kl_agreed):
+checks = (all_moments, global_advantages, manual_all_reduce, target_kl_agreed)
+for check in (*checks, sync_check_compares_buffers):
     try:
         check(rank)
         print(f"rank {rank}: {check.__name__} passed", flush=True)
@@ -176,6 +200,10 @@ def test_no_ddp_averages_the_gradients_by_hand_as_ddp_does(two_rank_checks):
 
 def test_target_kl_stops_every_rank_at_the_same_epoch_on_the_mean_kl(two_rank_checks):
     assert two_rank_checks.count("target_kl_agreed passed") == 2, two_rank_checks
+
+
+def test_the_sync_check_compares_the_normalizers_statistics_too(two_rank_checks):
+    assert two_rank_checks.count("sync_check_compares_buffers passed") == 2, two_rank_checks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -624,6 +652,7 @@ def test_a_rank_other_than_0_waits_before_it_says_why_it_stops(monkeypatch):
     waits = []
     monkeypatch.setattr(ppo_ddp.time, "sleep", waits.append)
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit) as stopped:
         ppo_ddp.fail("no space left on device")
     assert waits == [10.0] and stopped.value.code == "error (rank 1): no space left on device"
@@ -631,3 +660,24 @@ def test_a_rank_other_than_0_waits_before_it_says_why_it_stops(monkeypatch):
     with pytest.raises(SystemExit) as stopped:
         ppo_ddp.fail("no space left on device")
     assert waits == [10.0] and stopped.value.code == "error: no space left on device"
+
+
+def test_a_rank_left_in_the_shell_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    """RANK set without torchrun (a cluster's shell may leave it), so without the rest that a
+    process group needs: one line that says what to do, exit code 1, before a run directory is
+    made; at once, whatever the RANK (no rank waits: there are no others)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "MASTER_ADDR")}
+    command = [sys.executable, "ppo_ddp.py", *SMALL, "--log-dir", str(tmp_path / "runs")]
+    done = subprocess.run(command, cwd=ROOT, env={**env, "RANK": "0", "MASTER_PORT": "29500"},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    line = "error: RANK is set but not WORLD_SIZE, MASTER_ADDR: start ranks with torchrun (README)"
+    assert done.returncode == 1 and done.stderr.startswith(line), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and not list((tmp_path / "runs").iterdir())
+    waits = []
+    monkeypatch.setattr(ppo_ddp.time, "sleep", waits.append)
+    monkeypatch.setenv("RANK", "3")
+    for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit, match="^error: RANK is set but not WORLD_SIZE, MASTER_ADDR, M"):
+        ppo_ddp.init_distributed(ppo_ddp.Args())
+    assert waits == []

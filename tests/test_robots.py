@@ -6,6 +6,7 @@ of Go1JoystickFlatTerrain-v1."""
 
 import dataclasses
 import importlib
+import json
 import os
 import re
 import shutil
@@ -82,21 +83,37 @@ def test_the_actor_reads_state_and_the_critic_privileged_state_on_a_real_run(
     assert rows([critic]) <= (privileged if asymmetric else states) | unused  # where truncated
 
 
+@pytest.mark.parametrize("name", [*ALL_SCRIPTS, "ppo_symaug:network"])
 def test_a_privileged_actor_reads_state_and_privileged_state_and_keeps_it_on_resume(
-    tmp_path, monkeypatch
+    name, tmp_path, monkeypatch
 ):
-    """--privileged-actor (a teacher for ppo_teacher_student.py): every input the actor got is a
-    whole [state | privileged_state] the env gave; the checkpoint says so, a resume keeps it."""
-    script = importlib.import_module("ppo_continuous")
+    """--privileged-actor (a teacher for ppo_teacher_student.py), in every script: every input the
+    actor got is a whole [state | privileged_state] the env gave (ppo_symaug.py's: or its mirror
+    image, by Go1's own map, with --symmetry network too); the checkpoint says so, a resume keeps
+    it. appo_vtrace.py's rollouts are its actor processes': its learner's inputs are as wide."""
+    name, _, symmetry = name.partition(":")
+    script = importlib.import_module(name)
     seen = recording(script, monkeypatch)
-    script.train(go1_args(script, tmp_path / "run", norm_obs=False, privileged_actor=True))
+    options = dict(symmetry=symmetry) if symmetry else {}
+    script.train(
+        go1_args(script, tmp_path / "run", norm_obs=False, privileged_actor=True, **options)
+    )
     pairs = zip(seen["state"], seen["privileged_state"])
-    whole = rows(np.concatenate(pair, -1) for pair in pairs)
+    whole = np.concatenate([np.concatenate(pair, -1) for pair in pairs])
     actor = torch.cat([x.flatten(0, -2) for x in seen["actor"]]).numpy()
-    assert actor.shape[1] == STATE + PRIVILEGED and rows([actor]) <= whole
+    assert actor.shape[1] == STATE + PRIVILEGED and len(actor) > 256
+    if name == "ppo_symaug":  # the augmented minibatches, the symmetric network's second pass
+        mirror_obs = script.make_mirror_fns(GO1)[0]
+        parts = {"state": STATE, "privileged_state": PRIVILEGED}
+        mirrored = script.flat_mirror(mirror_obs, parts)(torch.as_tensor(whole)).numpy()
+        assert rows([actor]) <= rows([whole, mirrored])
+        assert not rows([actor]) <= rows([whole])  # the mirror images are there
+    elif name != "appo_vtrace":
+        assert rows([actor]) <= rows([whole])
     checkpoint = only_checkpoint(tmp_path / "run")
     ckpt = script.load_checkpoint(checkpoint)
-    assert ckpt["actor_dim"] == STATE + PRIVILEGED
+    assert ckpt["actor_dim"] == STATE + PRIVILEGED and ckpt["args"]["privileged_actor"]
+    assert ckpt["agent"]["actor_mean.0.weight"].shape[1] == STATE + PRIVILEGED
     args = dataclasses.replace(script.saved_args(ckpt), resume=checkpoint, total_timesteps=512)
     with pytest.raises(SystemExit, match="--privileged-actor cannot change on resume"):
         script.train(dataclasses.replace(args, privileged_actor=False))
@@ -194,6 +211,8 @@ def test_the_export_takes_state_only_and_acts_as_evaluation(go1_run, tmp_path):
     assert exported.returncode == 0, exported.stderr
     session = onnxruntime.InferenceSession(str(output), providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].shape[1] == STATE
+    metadata = session.get_modelmeta().custom_metadata_map  # what a deployment reads (README)
+    assert json.loads(metadata["obs_dim"]) == STATE  # not the 171 of [state | privileged_state]
     ckpt = script.load_checkpoint(checkpoint)
     agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt), STATE)
     agent.load_state_dict(ckpt["agent"])

@@ -6,6 +6,7 @@ and a student learns InvertedPendulum from a teacher trained here."""
 import csv
 import dataclasses
 import importlib
+import json
 import os
 import sys
 
@@ -128,7 +129,7 @@ def test_dagger_acts_with_the_student_and_the_teacher_labels(toy_teacher):
     with torch.no_grad():
         student.actor_logstd.fill_(-20.0)  # the student acts (almost) with its mean
         student.actor_mean[-1].bias.fill_(-0.3)
-        teacher.agent.actor_mean[-1].bias.fill_(0.5)  # the teacher's actions are far from it
+        teacher.agent.actor_mean[-1].bias.fill_(1.5)  # far from it, and beyond the bound 1
     toy_envs.CountsSteps.log.clear()
     carry = ts.start_episodes(envs, 0, args, torch.device("cpu"))
     rollout = ts.collect_rollout(
@@ -142,8 +143,10 @@ def test_dagger_acts_with_the_student_and_the_teacher_labels(toy_teacher):
         students, teachers = student.mean_action(obs), teacher.mean_action(obs)
     assert torch.allclose(sent, students, atol=1e-5)
     assert not torch.allclose(sent, teachers, atol=0.1)
-    # Every visited state is labelled with the teacher's deterministic action.
-    assert torch.allclose(rollout["labels"].flatten(0, 1), teachers.clamp(-1, 1))
+    # Every visited state is labelled with the teacher's deterministic action, clipped as the env
+    # clips it: beyond 1, any mean acts as 1.
+    assert (teachers > 1).all()
+    assert torch.equal(rollout["labels"].flatten(0, 1), torch.ones_like(teachers))
 
 
 def test_the_distillation_loss_matches_a_reference():
@@ -233,6 +236,10 @@ def test_history_on_a_real_run_through_terminations(hopper_teacher):
     np.testing.assert_array_equal(now, obs[..., -11:-6])  # the positions of the env's obs
     sent = np.clip(rollout["actions"].numpy(), -1, 1)  # Hopper's bounds are [-1, 1]
     dones = rollout["dones"].numpy().astype(bool)
+    # The run's start (a reset): the first obs repeated (Hopper's are not 0), no actions.
+    assert (now[0] != 0).any()
+    np.testing.assert_array_equal(past_obs[0], np.repeat(now[0][:, None], k, 1))
+    np.testing.assert_array_equal(past_actions[0], 0.0)
     for t in range(1, args.num_steps):
         for i in range(2):
             if dones[t - 1, i]:
@@ -245,32 +252,57 @@ def test_history_on_a_real_run_through_terminations(hopper_teacher):
             np.testing.assert_array_equal(past_actions[t, i, 1:], past_actions[t - 1, i, :-1])
 
 
+def test_each_evaluation_wave_starts_the_history_from_its_first_obs(hopper_teacher):
+    """17 episodes: two waves (16 envs, then 1), each on envs of its own, reset on its seeds. The
+    student's first input of each wave has that wave's first obs repeated as its past, and no
+    actions; the episodes are Hopper's own (its first obs are not 0)."""
+    args, envs, student, _ = student_and_teacher(hopper_teacher, "Hopper-v5", 3)
+    envs.close()
+    inputs, mean_action = [], student.mean_action
+    student.mean_action = lambda obs: inputs.append(obs) or mean_action(obs)
+    returns, _ = ts.evaluate(student, dataclasses.replace(args, eval_episodes=17), None, "waves")
+    assert len(returns) == 17
+    starts = [inputs[0]] + [now for last, now in zip(inputs, inputs[1:]) if len(now) < len(last)]
+    assert [len(obs) for obs in starts] == [16, 1]
+    d, a, k = 5, 3, 3
+    for obs in starts:
+        assert (obs[:, :d] != 0).any()
+        assert torch.equal(obs[:, d : d + k * d], obs[:, :d].repeat(1, k))
+        assert (obs[:, d + k * d : d + k * (d + a)] == 0).all()
+
+
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning
 # ---------------------------------------------------------------------------------------------
 def test_fine_tuning_trains_what_distillation_froze(hopper_teacher, tmp_path, monkeypatch):
-    seen = {}
+    seen = []  # per update: requires_grad, and the parameters before and after it
 
     def recording_update(agent, optimizers, loss_fn, batch, lr_scale, args):
-        seen["requires_grad"] = {n: p.requires_grad for n, p in agent.named_parameters()}
-        seen["before"] = {n: p.detach().clone() for n, p in agent.named_parameters()}
+        update = {"requires_grad": {n: p.requires_grad for n, p in agent.named_parameters()}}
+        update["before"] = {n: p.detach().clone() for n, p in agent.named_parameters()}
         result = ppo_update(agent, optimizers, loss_fn, batch, lr_scale, args)
-        seen["after"] = {n: p.detach().clone() for n, p in agent.named_parameters()}
+        update["after"] = {n: p.detach().clone() for n, p in agent.named_parameters()}
+        seen.append(update)
         return result
 
     ppo_update = ts.ppo_update
     monkeypatch.setattr(ts, "ppo_update", recording_update)
-    # One iteration of distillation, then one of fine-tuning (the first update).
-    ts.train(hopper_args(hopper_teacher, tmp_path, total_timesteps=256, finetune_timesteps=128))
-    assert all(seen["requires_grad"].values()), seen["requires_grad"]
-    for name in seen["before"]:  # the actor's mean, its log-std and the critic: all move
-        assert not torch.equal(seen["before"][name], seen["after"][name]), name
+    # One iteration of distillation, then two of fine-tuning.
+    ts.train(hopper_args(hopper_teacher, tmp_path, total_timesteps=384, finetune_timesteps=256))
+    first, second = seen
+    assert all(first["requires_grad"].values()), first["requires_grad"]
+    for name in first["before"]:  # the actor's mean, its log-std and the critic: all move
+        assert not torch.equal(first["before"][name], first["after"][name]), name
     teacher = torch.load(hopper_teacher, weights_only=True)["agent"]
-    for name in ("critic.0.weight", "critic.4.bias"):  # the critic started as the teacher's
-        assert torch.equal(seen["before"][name], teacher[name])
-    # The critic's columns of the normalizer are the teacher's, and stayed frozen.
+    critic = [name for name in teacher if name.startswith("critic.")]
+    for name in critic:  # the critic started as the teacher's, once: then it goes on learning
+        assert torch.equal(first["before"][name], teacher[name]), name
+        assert torch.equal(second["before"][name], first["after"][name]), name
+    # The critic's columns of the normalizer are the teacher's, means and variances, and stayed
+    # frozen (distillation had given them the statistics of the student's own rollouts).
     saved = torch.load(only_checkpoint(tmp_path), weights_only=True)["agent"]
-    assert torch.equal(saved["obs_rms.mean"][-11:], teacher["obs_rms.mean"])
+    for key in ("obs_rms.mean", "obs_rms.var"):
+        assert torch.equal(saved[key][-11:], teacher[key]), key
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,6 +315,10 @@ def test_a_run_round_trips_checkpoint_resume_eval_and_export(hopper_teacher, tmp
         assert np.isfinite(metrics[tag]), tag
     for tag in ("losses/policy_loss", "losses/value_loss"):  # the last iteration fine-tuned
         assert np.isfinite(metrics[tag]), tag
+    # The teacher's return is its own: what its --eval-checkpoint gives on the same episodes.
+    teacher = pc.train(pc.Args(eval_checkpoint=hopper_teacher, eval_episodes=1, seed=args.seed))
+    assert metrics["eval/teacher_return"] == pytest.approx(teacher["eval/episodic_return"])
+    assert metrics["eval/teacher_return"] != pytest.approx(metrics["eval/episodic_return"])
     (run_dir,) = tmp_path.glob("*")
     events = read_events(run_dir)
     for tag in ("losses/distill_loss", "distill/action_mse", "eval/teacher_return"):
@@ -312,12 +348,17 @@ def test_a_run_round_trips_checkpoint_resume_eval_and_export(hopper_teacher, tmp
 
 
 def test_the_onnx_export_checks_against_evaluation(hopper_teacher, tmp_path):
-    pytest.importorskip("onnx")
+    onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     ts.train(hopper_args(hopper_teacher, tmp_path))
     path = only_checkpoint(tmp_path)
     done = run_script("tools/export_onnx", path, "--check", "1")
     assert done.returncode == 0, done.stderr
+    # The graph takes the student's columns (its obs and history), and its metadata say so.
+    model = onnx.load(os.path.join(os.path.dirname(path), "policy.onnx"))
+    metadata = {prop.key: json.loads(prop.value) for prop in model.metadata_props}
+    width = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    assert metadata["obs_dim"] == width == 5 + 2 * (5 + 3)
     evaluated = run_script("ppo_teacher_student", "--eval-checkpoint", path, "--eval-episodes", "1")
     expected = evaluated.stdout.split("deterministic return ")[1].split(" ")[0]
     assert f"onnxruntime deterministic return {expected}" in done.stdout
@@ -337,6 +378,15 @@ def test_a_resume_goes_on_distilling(hopper_teacher, tmp_path):
     with pytest.raises(SystemExit, match="^error: --history cannot change on resume"):
         ts.train(ts.Args(**{**vars(hopper_args(hopper_teacher, tmp_path)), "resume": path,
                             "total_timesteps": 512, "history": 3}))  # fmt: skip
+    # A student's file that is no run's checkpoint.pt (a committed one): a new run goes on from it.
+    committed = tmp_path / "students" / "ppo_teacher_student-Hopper-v5.pt"
+    committed.parent.mkdir()
+    committed.write_bytes(open(path, "rb").read())
+    typed = ["--resume", str(committed), "--total-timesteps", "512"]
+    ts.train(ts.parse_args([*typed, "--log-dir", str(tmp_path / "runs")]))
+    assert list(committed.parent.iterdir()) == [committed]
+    assert committed.read_bytes() == open(path, "rb").read()
+    assert ts.load_checkpoint(only_checkpoint(tmp_path / "runs"))["global_step"] == 512
 
 
 def test_go1_student_reads_state_and_history(tmp_path):
@@ -403,6 +453,12 @@ def test_the_benchmark_appends_a_row_of_real_runs(hopper_teacher, tmp_path):
     assert int(row["scratch_steps"]) == 256 + 2048
     for name in ("teacher_eval_return", "student_eval_return", "action_mse", "scratch_eval_return"):
         assert np.isfinite(float(row[name])), name
+    # The teacher's column is the teacher's return: its --eval-checkpoint on the student's seed.
+    teacher = pc.train(pc.Args(eval_checkpoint=hopper_teacher, eval_episodes=1, seed=2))
+    assert float(row["teacher_eval_return"]) == pytest.approx(
+        teacher["eval/episodic_return"], abs=0.006
+    )
+    assert row["teacher_eval_return"] != row["student_eval_return"]
     (scratch,) = (tmp_path / "runs").glob("*/scratch/*/checkpoint.pt")
     ckpt = torch.load(scratch, weights_only=True)
     assert ckpt["actor_dim"] == 5 + 3 * (5 + 3)  # the student's observation and history

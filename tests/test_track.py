@@ -2,11 +2,14 @@
 stay out of the run directory, and a resumed run continues the same W&B run."""
 
 import importlib
+import os
 import shutil
 import struct
+import subprocess
+import sys
 
 import pytest
-from conftest import only_checkpoint, small_args
+from conftest import ALL_SCRIPTS, ROOT, flags, only_checkpoint, small_args
 
 pytest.importorskip("wandb")
 
@@ -113,3 +116,37 @@ def test_a_resumed_run_goes_on_in_the_same_wandb_run(tracked_run, tmp_path, monk
     runs = wandb_runs(tmp_path)
     assert len(runs) == 2  # one per process, both with the run id derived from the directory
     assert all(folder.endswith(f"-{tracked_run.name}") for folder in runs), list(runs)
+
+
+# What wandb says without a login, and the line's way round it.
+NO_LOGIN = "error: --track: No API key configured. Use `wandb login` to log in. Or track offline: "
+NO_LOGIN += "WANDB_MODE=offline (wandb sync uploads it later)\n"
+
+
+def without_a_login(folder, *command: str):
+    """The script run as a user who never ran `wandb login` would: online, no API key, no netrc,
+    no W&B settings (HOME is an empty folder), no terminal to ask on; in folder (./wandb)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "NETRC"}
+    return subprocess.run(
+        [sys.executable, *command], cwd=folder, env={**env, "HOME": str(folder)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [*ALL_SCRIPTS, "ppo_teacher_student"])
+def test_track_without_a_login_is_one_line_that_says_how_to_log_in(name, tracked_run, tmp_path):
+    fields = dict(env_id="Walker2d-v5", total_timesteps=256, num_envs=2, num_steps=64)
+    fields.update(log_dir=tmp_path / "runs", track=True)
+    if name == "appo_vtrace":
+        fields.update(num_actors=1)
+    if name == "ppo_teacher_student":  # a teacher on Walker2d-v5
+        fields.update(teacher=tracked_run / "checkpoint.pt")
+    done = without_a_login(tmp_path, os.path.join(ROOT, f"{name}.py"), *flags(**fields))
+    assert (done.returncode, done.stderr) == (1, NO_LOGIN)
+
+
+def test_resuming_a_tracked_run_without_a_login_is_one_line(tracked_run, tmp_path):
+    shutil.copytree(tracked_run, tmp_path / "run")
+    resume = [*flags(resume=tmp_path / "run", total_timesteps=384), "--no-capture-video"]
+    done = without_a_login(tmp_path, os.path.join(ROOT, "ppo_continuous.py"), *resume)
+    assert (done.returncode, done.stderr) == (1, NO_LOGIN)

@@ -9,7 +9,8 @@ A ppo_teacher_student.py student takes its deployable obs and its history only (
 columns: [obs now | previous obs, newest first | previous actions, newest first]).
 
     python tools/export_onnx.py runs/<run>/checkpoint.pt                # -> runs/<run>/policy.onnx
-    python tools/export_onnx.py runs/<run>/best.pt --output best.onnx --check 10
+    python tools/export_onnx.py runs/<run>/best.pt --check 10           # -> runs/<run>/best.onnx
+    python tools/export_onnx.py benchmarks/robots/X.pt --output go1.onnx  # (default: X.onnx)
 
 --check N runs N deterministic episodes with onnxruntime alone (no torch in that loop), on the
 seeds of the script's --eval-checkpoint (and on the backend the run trained on, or
@@ -40,8 +41,10 @@ SCRIPTS += ["ppo_teacher_student"]
 
 @dataclass
 class Args:
-    checkpoint: tyro.conf.Positional[str]  # checkpoint.pt or best.pt of a run, or its directory
-    output: str | None = None  # the ONNX file to write; None: policy.onnx beside the checkpoint
+    checkpoint: tyro.conf.Positional[str]  # a checkpoint file, or a run directory (its checkpoint)
+    output: str | None = None
+    """the ONNX file to write; None: beside the checkpoint, a run's checkpoint.pt to policy.onnx,
+    any other X.pt to X.onnx (best.pt to best.onnx)"""
     check: int = 0  # run this many deterministic episodes in onnxruntime, print the mean return
     seed: int = 1  # with --check: the --seed of the script's --eval-checkpoint to compare with
     env_backend: Literal["gymnasium", "envpool"] | None = None  # with --check; None: the run's
@@ -171,8 +174,11 @@ def main(args: Args):
         checkpoint = os.path.join(checkpoint, "checkpoint.pt")
     module, ckpt, policy = load_policy(checkpoint)
     output = args.output
-    if output is None:
-        output = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "policy.onnx")
+    if output is None:  # beside it, named after it: the checkpoints of one folder (best.pt beside
+        # checkpoint.pt, the three committed in benchmarks/robots/) each export to a file of its own
+        stem = os.path.splitext(os.path.abspath(checkpoint))[0]
+        run_policy = os.path.join(os.path.dirname(stem), "policy.onnx")
+        output = run_policy if os.path.basename(stem) == "checkpoint" else f"{stem}.onnx"
     export(policy, ckpt, output)
     print(f"wrote {output} ({ckpt['script']}, {ckpt['env_id']}, step {ckpt['global_step']})")
     if args.check:
