@@ -31,12 +31,14 @@ def stock_terms(info: dict) -> dict:
             if key.startswith("reward_")}  # fmt: skip
 
 
+@pytest.mark.parametrize("name", WITH_OPTIONS)
 @pytest.mark.parametrize("mode", ["env", "unclipped", "legged-gym"])
-def test_the_robot_reward_is_built_from_the_envs_own_terms(mode):
-    """Step by step against the pool's own numbers: unclipped is 0.02 x the sum of the 16 terms
-    (negative on most exploring steps), legged-gym clips the sum without the termination term
-    at 0 and adds that term; where the env's reward was not clipped, both equal it."""
-    script = importlib.import_module("ppo_continuous")
+def test_the_robot_reward_is_built_from_the_envs_own_terms(name, mode):
+    """Step by step against the pool's own numbers, in every script's adapter: unclipped is 0.02 x
+    the sum of the 16 terms (negative on most exploring steps), legged-gym clips the sum without
+    the termination term at 0 and adds that term; where the env's reward was not clipped, both
+    equal it."""
+    script = importlib.import_module(name)
     envs = script.make_envs(GO1, 8, "envpool", **({} if mode == "env" else {"reward": mode}))
     envs.reset(seed=0)
     pool_step, raw = envs.pool.step, []
