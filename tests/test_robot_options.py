@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from conftest import ALL_SCRIPTS, ROOT, allow_toy_env, only_checkpoint, read_events, small_args
 
 envpool = pytest.importorskip("envpool")
@@ -267,3 +268,42 @@ def test_appo_actors_make_their_envs_at_the_scale_the_learner_publishes(tmp_path
                                   total_timesteps=1024)  # fmt: skip
     appo.train(resumed)
     assert received and all(rollout["command_scale"] == 1.0 for rollout in received)
+
+
+class FallsInEnv0:
+    """A policy for evaluate(): env 0 has every joint at +1 (the Go1 falls), the others stand."""
+
+    actor_logstd = torch.zeros(12)
+
+    def mean_action(self, obs):
+        action = torch.zeros(obs.shape[0], 12)
+        action[0] = 1.0
+        return action
+
+
+@pytest.mark.parametrize("name", WITH_OPTIONS)
+def test_evaluation_records_each_env_s_first_episode_even_when_it_ends_twice(name, monkeypatch):
+    """evaluate()'s records against the pool's own flags and terms, with a time limit of 100
+    steps: env 0 falls (and falls again) before the others reach the limit; its record is its
+    first episode's (return, length, fell, reward terms), the others' are not falls."""
+    script = importlib.import_module(name)
+    make_envs, seen, step = script.make_envs, [], script.EnvPoolVectorEnv.step
+    monkeypatch.setattr(
+        script, "make_envs", lambda *a, **kw: make_envs(*a, max_episode_steps=100, **kw)
+    )
+
+    def recorded_step(self, actions):
+        seen.append(step(self, actions))
+        return seen[-1]
+
+    monkeypatch.setattr(script.EnvPoolVectorEnv, "step", recorded_step)
+    args = script.Args(env_id=GO1, env_backend="envpool", eval_episodes=3)
+    episodes, _ = script.evaluate(FallsInEnv0(), args, None, "unused")
+    ends = [[t for t, result in enumerate(seen) if result[2][i] or result[3][i]] for i in range(3)]
+    assert len(ends[0]) >= 2 and ends[0][1] < ends[1][0] == ends[2][0] == 99
+    for i, record in enumerate(episodes):
+        first = ends[i][0]
+        assert record["length"] == first + 1 and record["fell"] == (i == 0)
+        assert record["return"] == pytest.approx(sum(r[1][i] for r in seen[: first + 1]))
+        terms = seen[first][4]["reward_terms"]
+        assert record["terms"] == {key: value[i] for key, value in terms.items()}
