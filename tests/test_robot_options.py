@@ -186,37 +186,45 @@ def test_the_robot_options_on_a_task_without_commands_are_one_line(name, flags):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_the_progress_and_evaluation_lines_say_what_the_robot_does(tmp_path):
-    """Go1: the progress line, the final evaluation and --eval-checkpoint give the tracking, the
-    falls and the mean length of their episodes, recomputed here from the TensorBoard points
-    (the progress line: the last 10 training episodes); Hopper keeps its line."""
-    command = [sys.executable, "ppo_continuous.py", "--env-backend", "envpool", "--env-id", GO1]
-    command += ["--num-envs", "4", "--num-steps", "128", "--total-timesteps", "1024"]
-    command += ["--eval-episodes", "2", "--log-dir", str(tmp_path), "--init-logstd", "0.5"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    events = read_events(os.path.dirname(only_checkpoint(tmp_path)))
+@pytest.mark.parametrize("name", WITH_OPTIONS)
+def test_the_progress_and_evaluation_lines_say_what_the_robot_does(name, tmp_path, capsys):
+    """Go1, in every script: the progress line, the final evaluation and --eval-checkpoint give the
+    tracking, the falls and the mean length of their episodes, recomputed here from the
+    TensorBoard points (the progress line: the last 10 training episodes)."""
+    script, options = importlib.import_module(name), {}
+    if name == "ppo_teacher_student":  # a student needs a Go1 teacher: a short one
+        teacher = importlib.import_module("ppo_continuous")
+        teacher.train(go1_args(teacher, tmp_path / "teacher", privileged_actor=True))
+        options.update(teacher=only_checkpoint(tmp_path / "teacher"), history=2)
+    fields = dict(num_envs=4, num_steps=128, total_timesteps=1024, eval_episodes=2)
+    capsys.readouterr()
+    script.train(go1_args(script, tmp_path / "run", init_logstd=0.5, **fields, **options))
+    lines = capsys.readouterr().out.splitlines()
+    events = read_events(os.path.dirname(only_checkpoint(tmp_path / "run")))
     lin = [p.value for p in events.Scalars("reward_terms/tracking_lin_vel")][-10:]
     yaw = [p.value for p in events.Scalars("reward_terms/tracking_ang_vel")][-10:]
     lengths = [p.value for p in events.Scalars("charts/episodic_length")][-10:]
     falls = sum(length < 1000 for length in lengths)  # a Go1 episode ends early by a fall only
     expected = f"| tracking lin {np.mean(lin):.3f} yaw {np.mean(yaw):.3f} | falls {falls} of "
     expected += f"{len(lin)} | length {np.mean(lengths):.0f}"
-    assert lines[-2].startswith("iter 2/2 | step 1024 | return ") and expected in lines[-2]
+    progress = [line for line in lines if line.startswith("iter ")][-1]
+    assert progress.startswith("iter 2/2 | step 1024 | return ") and expected in progress
     final = lines[-1]
     assert final.startswith("deterministic eval over 2 episodes: ") and "| falls " in final
-    evaluated = subprocess.run(
-        [sys.executable, "ppo_continuous.py", "--eval-checkpoint", only_checkpoint(tmp_path),
-         "--eval-episodes", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    measures = final.split(": ", 1)[1].split("; checkpoint")[0]  # "return | tracking ..."
-    assert evaluated.stdout.splitlines()[-1].endswith(measures.split(" | ", 1)[1])
+    checkpoint = only_checkpoint(tmp_path / "run")
+    script.train(script.Args(eval_checkpoint=checkpoint, eval_episodes=2, env_id=GO1,
+                             env_backend="envpool"))  # fmt: skip
+    measures = final.split(": ", 1)[1].split("; checkpoint")[0].split(" | ", 1)[1]
+    assert capsys.readouterr().out.splitlines()[-1].endswith(measures)  # "tracking ... length N"
+
+
+def test_a_task_without_commands_keeps_its_progress_line(tmp_path):
     hopper = subprocess.run(
         [sys.executable, "ppo_continuous.py", "--total-timesteps", "2048", "--num-envs", "1",
          "--eval-episodes", "1", "--log-dir", str(tmp_path / "h")],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+    assert hopper.returncode == 0 and "return" in hopper.stdout
     assert "tracking" not in hopper.stdout and "falls" not in hopper.stdout
 
 
