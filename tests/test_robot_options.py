@@ -315,3 +315,27 @@ def test_evaluation_records_each_env_s_first_episode_even_when_it_ends_twice(nam
         assert record["return"] == pytest.approx(sum(r[1][i] for r in seen[: first + 1]))
         terms = seen[first][4]["reward_terms"]
         assert record["terms"] == {key: value[i] for key, value in terms.items()}
+
+
+@pytest.mark.parametrize("name", WITH_OPTIONS)
+def test_a_checkpoint_from_before_the_curriculum_resumes_at_the_task_s_ranges(name, tmp_path):
+    """A checkpoint saved before command_scale existed (the key removed here) resumed with
+    --command-curriculum goes on at the task's full ranges (scale 1): its resumed iterations log
+    1.0 and its checkpoint saves it."""
+    script, options = importlib.import_module(name), {}
+    if name == "ppo_teacher_student":  # a student needs a Go1 teacher: a short one
+        teacher = importlib.import_module("ppo_continuous")
+        teacher.train(go1_args(teacher, tmp_path / "teacher", privileged_actor=True))
+        options.update(teacher=only_checkpoint(tmp_path / "teacher"), history=2)
+    script.train(go1_args(script, tmp_path / "run", **options))
+    checkpoint = only_checkpoint(tmp_path / "run")
+    old = torch.load(checkpoint, weights_only=True)
+    del old["command_scale"]
+    torch.save(old, checkpoint)
+    ckpt = script.load_checkpoint(checkpoint)
+    resumed = dataclasses.replace(script.saved_args(ckpt), resume=checkpoint, total_timesteps=512,
+                                  command_curriculum=True)  # fmt: skip
+    script.train(resumed)
+    events = read_events(os.path.dirname(checkpoint))
+    assert [point.value for point in events.Scalars("charts/command_scale")] == [1.0, 1.0]
+    assert script.load_checkpoint(checkpoint)["command_scale"] == 1.0
