@@ -1,6 +1,7 @@
 """Smoke test of the benchmark tools: a tiny run is recorded, reported and plotted."""
 
 import csv
+import dataclasses
 import os
 import subprocess
 import sys
@@ -596,3 +597,60 @@ def test_robots_prints_a_table_and_records_only_when_asked(tmp_path, capsys):
     robots.main(robots.Args(checkpoints=(path,), episodes=2, output=str(output), record=True))
     (row,) = csv.DictReader(output.open())
     assert row["eval_episodes"] == "2" and float(row["eval_tracking_forward"]) == expected
+
+
+def test_robots_drives_the_commands_chosen_and_reports_each(tmp_path, capsys):
+    """--plot's follow(): the policy gets each chosen command in every command slot of its
+    observation (state's, and privileged_state's copy) for its seconds, in order; followed()
+    reports per command the mean measured velocities and the linear tracking against it."""
+    pytest.importorskip("envpool")
+    import numpy as np
+    import robots
+
+    path = os.path.join(ROOT, "benchmarks", "robots", "ppo_continuous-Go1JoystickFlatTerrain-v1.pt")
+    script, ckpt, agent = robots.load(path)
+    seen, mean_action = [], agent.mean_action
+
+    def recorded(obs):
+        seen.append((obs[0, 45:48].tolist(), obs[0, 48 + 45 : 48 + 48].tolist()))
+        return mean_action(obs)
+
+    agent.mean_action = recorded
+    commands = np.array([[0.5, 0.0, 0.0], [0.0, 0.3, -1.0]], dtype=np.float32)
+    trace = robots.follow(script, ckpt, agent, commands, seconds=0.1)  # 5 steps each
+    assert len(trace) == len(seen) == 10
+    for t, (state, privileged) in enumerate(seen):
+        expected = commands[t // 5].tolist()
+        assert state == expected and privileged == expected
+        assert trace[t][:3] == pytest.approx(expected)
+    synthetic = [[0.5, 0.0, 0.0, 0.4, 0.1, 0.0]] * 2 + [[0.0, 0.3, -1.0, 0.0, 0.1, -0.5]] * 3
+    first, second = robots.followed(synthetic)
+    assert first.startswith("commanded vx +0.50 vy +0.00 yaw +0.00: measured vx +0.40 vy +0.10")
+    assert first.endswith(f"over 0.0 s (linear tracking {np.exp(-0.02 / 0.25):.3f})")
+    assert second.startswith("commanded vx +0.00 vy +0.30 yaw -1.00: measured vx +0.00 vy +0.10 "
+                             "yaw -0.50 over 0.1 s")  # fmt: skip
+    assert second.endswith(f"(linear tracking {np.exp(-0.04 / 0.25):.3f})")
+
+
+def test_robots_gives_each_checkpoint_its_own_row(tmp_path, capsys):
+    """Two checkpoints: each row its own --wall-seconds and falls out of its own episodes; with
+    --record the rows go to the CSV given and the results.csv beside it, not the repository's."""
+    pytest.importorskip("envpool")
+    import csv
+
+    import robots
+
+    folder = os.path.join(ROOT, "benchmarks", "robots")
+    paths = tuple(os.path.join(folder, f"{name}-Go1JoystickFlatTerrain-v1.pt")
+                  for name in ("ppo_continuous", "ppo_symaug"))  # fmt: skip
+    ours = os.path.join(ROOT, "benchmarks", "results.csv")
+    before = open(ours).read()
+    output = tmp_path / "robots.csv"
+    args = robots.Args(checkpoints=paths, episodes=3, wall_seconds=(10, 20), output=str(output))
+    robots.main(dataclasses.replace(args, record=True))
+    rows = list(csv.DictReader(output.open()))
+    assert [row["wall_seconds"] for row in rows] == ["10", "20"]
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split()[-1] for line in printed[1:3]] == ["3", "3"]  # "N of 3"
+    assert len((tmp_path / "results.csv").read_text().splitlines()) == 2
+    assert open(ours).read() == before
