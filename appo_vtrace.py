@@ -548,7 +548,7 @@ def start_actors(agent: Agent, progress: dict, args: Args) -> dict:
     version = ctx.RawValue("q", global_step // batch_size)
     actors = {"procs": [], "conns": [], "weights": weights, "lock": ctx.Lock(), "version": version}
     actors["episodes"] = []
-    actors["command_scale"] = ctx.RawValue("d", progress["command_scale"])  # set under the lock
+    actors["command_scale"] = ctx.RawValue("d", progress["command_scale"])  # the learner sets it
     # Ctrl-C reaches the whole process group, and a cluster's SIGTERM may reach every process: the
     # actors inherit "ignore" for both, and the learner alone decides when they stop.
     stop_signals = (signal.SIGINT, signal.SIGTERM)

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -398,3 +399,57 @@ def test_ddp_ranks_widen_together_on_their_mean_tracking(
     assert first == {"0": "1", "1": "3"}  # seed + rank * num_envs: their own episodes
     remade = [(rank, float(a)) for rank, seed, a in pools if seed not in ("1", "3")]
     assert sorted(remade) == ([("0", a0), ("1", a0)] if scale > 0.5 else [])
+
+
+def test_appo_rollouts_carry_the_scale_they_ran_at_and_the_learner_keeps_the_current_ones(
+    tmp_path, monkeypatch
+):
+    """appo_vtrace.py's two sides of the curriculum. An actor (run here, in this process) whose
+    learner publishes a wider scale while a rollout is under way tags that rollout with the scale
+    its envs ran at, and makes new envs for the next; the learner keeps, for the next decision,
+    only the episodes of rollouts run at its current scale."""
+    import multiprocessing
+
+    from conftest import RecordingWriter
+
+    appo = importlib.import_module("appo_vtrace")
+    monkeypatch.setattr(appo.os, "setpgid", lambda *args: None)  # the actor's own group
+    ctx = multiprocessing.get_context("spawn")
+    scale, version, lock = ctx.RawValue("d", 0.5), ctx.RawValue("q", 0), ctx.Lock()
+    args = go1_args(appo, tmp_path, command_curriculum=True, num_steps=16, init_logstd=0.5)
+    agent = appo.Agent(171, 12, args, 48)
+    weights = {key: value.clone() for key, value in agent.state_dict().items()}
+    collect, made = appo.collect_rollout, []
+
+    def collect_while_widening(*rest):  # the learner widens during the actor's first rollout
+        rollout = collect(*rest)
+        scale.value = 0.75
+        return rollout
+
+    monkeypatch.setattr(appo, "collect_rollout", collect_while_widening)
+    reset = appo.EnvPoolVectorEnv.reset
+    monkeypatch.setattr(appo.EnvPoolVectorEnv, "reset", lambda self, seed, options=None: (
+        made.append(options["command_a0"]), reset(self, seed, options))[1])  # fmt: skip
+    sent = []
+
+    class Pipe:  # the learner's end: gone after two rollouts
+        def send(self, rollout):
+            sent.append(rollout)
+            if len(sent) == 2:
+                raise BrokenPipeError
+
+    appo.actor_process(0, args, weights, lock, version, Pipe(), 0, scale)
+    assert [rollout["command_scale"] for rollout in sent] == [0.5, 0.75]
+    assert made == [0.75, 1.125]  # new envs at the published scale, before the second rollout
+    # The learner, at scale 0.75, receives a rollout of each scale.
+    reader, writer = ctx.Pipe(duplex=False)
+    episodes = [{"return": 1.0, "length": 5, "fell": True, "terms": {"tracking_lin_vel": k}}
+                for k in range(2)]  # fmt: skip
+    messages = [{**ro, "episodes": [e], "rollout_time": 0.1, "send_wait": 0.0}
+                for ro, e in zip(sent, episodes)]  # fmt: skip
+    threading.Thread(target=lambda: [writer.send(message) for message in messages]).start()
+    actors = {"conns": [reader], "procs": [], "version": version, "command_scale": scale}
+    actors["episodes"] = []
+    args = dataclasses.replace(args, num_rollouts=2)
+    appo.receive_rollouts(agent, agent, appo.RunningMeanStd(), actors, 0, RecordingWriter(), args)
+    assert [e["terms"]["tracking_lin_vel"] for e in actors["episodes"]] == [1]
