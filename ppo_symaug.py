@@ -59,7 +59,7 @@ class Args:
     env_id: str = "Walker2d-v5"
     """an env with a mirror map (MIRROR_MAPS): Walker2d-v5, Ant-v5, Humanoid-v5, Swimmer-v5,
     InvertedPendulum-v5, InvertedDoublePendulum-v5, or with --env-backend envpool
-    Go1JoystickFlatTerrain-v1 or BerkeleyHumanoidJoystickFlatTerrain-v1"""
+    Go1JoystickFlatTerrain-v1, Go1JoystickRoughTerrain-v1, BerkeleyHumanoidJoystickFlatTerrain-v1"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"  # envpool: C++ MuJoCo (README)
     total_timesteps: int = 1_000_000  # total environment steps (over all envs)
     learning_rate: float = 3e-4  # of the actor, and of the critic unless --critic-learning-rate
@@ -401,11 +401,13 @@ MIRROR_MAPS = {  # env id: (observation blocks, action blocks)
         [BH_JOINTS],
     ),
 }
-# EnvPool's other names of the same tasks (envpool.list_all_envs()). Not the rough terrains: their
-# height fields are not mirror images of themselves.
+# Go1's rough terrain: the flat task's robot and observation (go1.h: one class, whose scene alone
+# differs), on a height field that is not its own mirror image but random bumps, which the blind
+# robot does not observe: the mirror of a state is one it meets as often on the mirrored bumps.
+MIRROR_MAPS["Go1JoystickRoughTerrain-v1"] = MIRROR_MAPS["Go1JoystickFlatTerrain-v1"]
+# EnvPool's other names of the same tasks (envpool.list_all_envs()).
 MIRROR_MAPS |= {
-    f"MuJoCoPlayground/{task}": MIRROR_MAPS[task]
-    for task in ("Go1JoystickFlatTerrain-v1", "BerkeleyHumanoidJoystickFlatTerrain-v1")
+    f"MuJoCoPlayground/{task}": maps for task, maps in MIRROR_MAPS.items() if "Joystick" in task
 }
 
 
