@@ -185,7 +185,9 @@ def test_a_go1_run_resumes_and_its_critic_flag_cannot_change(go1_run, tmp_path):
 
 def test_the_export_takes_state_only_and_acts_as_evaluation(go1_run, tmp_path):
     """The ONNX policy's input is the 48 numbers of state; its actions are the script's mean
-    action on [state | privileged_state]; --check's return is --eval-checkpoint's."""
+    action on [state | privileged_state], to float rounding (onnxruntime sums in another order);
+    --check's return is --eval-checkpoint's on this barely trained policy's episode (a trained
+    robot's episodes can turn that rounding into other falls: tools/export_onnx.py, check)."""
     onnxruntime = pytest.importorskip("onnxruntime")
     script, _, checkpoint = go1_run
     output = tmp_path / "policy.onnx"
