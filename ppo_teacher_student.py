@@ -1200,7 +1200,9 @@ def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: d
     eta = (run["end_step"] - step) / max(logged["charts/SPS"], 1)
     eta = f"{int(eta // 86400)}d {time.strftime('%H:%M:%S', time.gmtime(eta % 86400))}"
     say(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
-        f"SPS {logged['charts/SPS']} | ETA {eta}")  # fmt: skip
+        f"teacher {metrics['eval/teacher_return']:.1f} (eval) | action mse "
+        f"{metrics['distill/action_mse']:.3g} | SPS {logged['charts/SPS']} | "
+        f"ETA {eta}")  # fmt: skip
     return logged
 
 
@@ -1259,8 +1261,9 @@ def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
     run["writer"].add_scalar("eval/episodic_return", mean_return, step)
     close_writer(run, args, video)
     say(f"deterministic eval over {args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}: "
-        f"{mean_return:.1f}{robot_measures(episodes)}; checkpoint: "
-        f"{run['checkpoint']}")  # fmt: skip
+        f"{mean_return:.1f}{robot_measures(episodes)} | teacher "
+        f"{metrics['eval/teacher_return']:.1f} on the same episodes, action mse "
+        f"{metrics['distill/action_mse']:.3g}; checkpoint: {run['checkpoint']}")  # fmt: skip
     return metrics
 
 
