@@ -123,6 +123,7 @@ class Args:
     eval_checkpoint: str | None = None  # only evaluate the policy in this checkpoint, then exit
     eval_every: int = 0  # evaluate every N iterations and keep the best policy as best.pt (0: off)
     eval_episodes: int = 10  # episodes of every evaluation (final, --eval-every, --eval-checkpoint)
+    eval_command: tuple[float, float, float] | None = None  # robots: evaluate at vx vy yaw-rate
     capture_video: bool = False  # each evaluation's first episode as MP4 under {video_dir}/<run>
     video_dir: str = "videos"  # where --capture-video writes its MP4s (software rendering is slow)
     track: bool = False  # also log to Weights & Biases (pip install -r requirements-extras.txt)
@@ -142,7 +143,7 @@ def make_envs(env_id: str, num_envs: int, backend: str = "gymnasium", **kwargs):
     except (gym.error.DependencyNotInstalled, ImportError) as e:  # ImportError: module:EnvId
         fail(f"cannot make {env_id}: {e}")
     except gym.error.Error as e:
-        fail(f"unknown env id {env_id!r} ({type(e).__name__}: {e})")
+        fail(f"unknown env id {env_id!r} ({type(e).__name__}: {e}){envpool_has(env_id)}")
     return envs
 
 
@@ -521,13 +522,13 @@ def train(args: Args) -> dict[str, float]:
                 "command_scale": CURRICULUM[0] if args.command_curriculum else 1.0}  # fmt: skip
     if ckpt is not None:  # Harness: resume the saved state and progress
         progress = resume_run(ckpt, args, agent, optimizers, reward_rms)
-    run = start_run(args, plan, can_film)  # Harness: run directory, start line
     state = {"agent": agent, "optimizers": optimizers, "reward_rms": reward_rms, "args": args,
              "progress": progress}  # fmt: skip  # Harness: what a checkpoint holds, by name
     loss_fn = torch.compile(ppo_loss) if args.compile else ppo_loss
     carry = start_episodes(envs, progress["global_step"], args, device, curriculum(args, progress))
     teacher_episodes = evaluate(teacher, args, None, "teacher")[0]  # the same episodes
     teacher_return = float(np.mean([episode["return"] for episode in teacher_episodes]))
+    run = start_run(args, plan, can_film)  # Harness: run directory, start line, the clock
     last = plan["last_iteration"]
     with run_guard(run, args) as signals:  # Harness: TensorBoard; a signal stops after an iteration
         for iteration in range(plan["first_iteration"], last + 1):
@@ -804,6 +805,140 @@ def robot_measures(episodes: list[dict]) -> str:
             f"length {length:.0f}")  # fmt: skip
 
 
+# Robots: evaluation (--eval-command: the stock task, told another command), video and the
+# adapter's robot side under EnvPool.
+# --eval-command: where a task's observation holds its velocity command (vx, vy, yaw rate), in
+# state and again in privileged_state (which starts with state), and where privileged_state holds
+# what the env's tracking terms compare it with: the local vx, vy and the gyro's yaw rate, not
+# noised (envpool/mujoco/playground/go1.h FillObs; the rough terrain's robot and observation are
+# the flat terrain's).
+GO1_COMMAND = {"slots": slice(45, 48), "measured": [57, 58, 50]}
+COMMAND_SLOTS = {f"Go1Joystick{floor}Terrain-v1": GO1_COMMAND for floor in ("Flat", "Rough")}
+COMMANDED = list(COMMAND_SLOTS)  # EnvPool's other names of them, below
+COMMAND_SLOTS |= {f"MuJoCoPlayground/{task}": slots for task, slots in COMMAND_SLOTS.items()}
+
+
+def check_envpool(args: Args):
+    """--env-backend envpool: EnvPool installed, with the task, and --eval-command's slots known
+    (the adapter says why not); then the robots' training options. Before anything runs."""
+    if args.env_backend == "envpool":
+        EnvPoolVectorEnv(args.env_id, 1, **eval_options(args)).close()
+    elif args.eval_command is not None:
+        fail(f"--eval-command commands EnvPool's robots ({', '.join(COMMANDED)}), not "
+             f"{args.env_id} on {args.env_backend}")  # fmt: skip
+    check_robot_options(args)
+
+
+def is_robot(args: Args) -> bool:
+    """One of EnvPool's joystick robots, whose pools take seconds to make (a model for each env)."""
+    return args.env_backend == "envpool" and bool(commands_at(args.env_id, 1.0))
+
+
+def eval_options(args: Args) -> dict:
+    """make_envs's options for evaluation: --eval-command's command, which the adapter writes."""
+    return {} if args.eval_command is None else {"command": args.eval_command}
+
+
+def fixed_command(env_id: str, command) -> dict | None:
+    """--eval-command's values, the task's slots of them and of what tracks them, and its tracking
+    terms' scales and sigma (make-time settings); None without one."""
+    if command is None:
+        return None
+    if env_id not in COMMAND_SLOTS:
+        fail(f"--eval-command: where {env_id}'s observation holds its command is not known (known: "
+             f"{', '.join(COMMANDED)})")  # fmt: skip
+    if not np.isfinite(command).all():
+        fail(f"--eval-command must be 3 finite numbers (vx vy yaw-rate), got {command}")
+    config = importlib.import_module("envpool").make_spec(env_id).config
+    scales = {"lin": config.tracking_lin_vel_scale, "yaw": config.tracking_ang_vel_scale}
+    return {**COMMAND_SLOTS[env_id], **scales, "values": command, "sigma": config.tracking_sigma}
+
+
+def with_command(obs, command: dict | None):
+    """The pool's observation with --eval-command's values in its command slots, before it is laid
+    flat (and before a student's history is made of it): the policy sees only that command."""
+    for key in ("state", "privileged_state") if command is not None else ():
+        obs[key][:, command["slots"]] = command["values"]
+    return obs
+
+
+def command_tracking(command: dict, privileged: np.ndarray) -> dict:
+    """The env's two tracking terms, measured against --eval-command's command instead of the env's
+    own: scale x exp(-error^2 / sigma) of the error in (vx, vy) and in the yaw rate (Go1: 1.0 x
+    and 0.5 x, sigma 0.25), from privileged_state after the step, as the env computes them."""
+    vx, vy, yaw = (privileged[:, i] for i in command["measured"])
+    want_vx, want_vy, want_yaw = command["values"]
+    lin_error, yaw_error = (want_vx - vx) ** 2 + (want_vy - vy) ** 2, (want_yaw - yaw) ** 2
+    return {"tracking_lin_vel": command["lin"] * np.exp(-lin_error / command["sigma"]),
+            "tracking_ang_vel": command["yaw"] * np.exp(-yaw_error / command["sigma"])}  # fmt: skip
+
+
+class RobotSteps:
+    """The adapter's robot side: --robot-reward's reward, --eval-command's command, and each reward
+    term's sum over each env's episode (sums: new with each pool), whose means per step an ended
+    episode reports (info["reward_terms"]), with --eval-command's tracking in place of the env's.
+    Other tasks report no terms."""
+
+    def __init__(self, config, reward: str, command: dict | None):
+        self.config, self.reward, self.command, self.sums = config, reward, command, {}
+
+    def step(self, raw: dict, rewards: np.ndarray, obs, done: np.ndarray):
+        """The step's rewards and info, from the pool's raw info and (Dict) observation."""
+        if self.reward != "env":  # Extra: --robot-reward
+            rewards = robot_reward(raw, rewards, self.reward, self.config.ctrl_dt)
+        terms = {key[7:]: value for key, value in raw.items() if key.startswith("reward_")}
+        if self.command is not None:
+            terms.update(command_tracking(self.command, obs["privileged_state"]))
+        for name, value in terms.items():
+            self.sums[name] = self.sums.get(name, 0.0) + value
+        if not done.any():
+            return rewards, {}
+        length = raw["elapsed_step"]  # the episode's steps, this one included
+        means = {name: sums / length for name, sums in self.sums.items()}
+        for sums in self.sums.values():  # the next episodes start from 0
+            sums[done] = 0
+        return rewards, {"reward_terms": means}
+
+
+def filming(env_id: str, kwargs: dict):
+    """--capture-video under EnvPool: (a GL context, made current; the frames per second), or
+    (None, {}). EnvPool's MuJoCo renders env 0 (480 x 480) in the thread's current GL context,
+    which MuJoCo's own provides (MUJOCO_GL: egl, osmesa); the envs keep it while they film. In
+    software a robot's frame takes about 0.5 s: its scene's shadow map is 8192 pixels wide."""
+    if kwargs.get("render_mode") is None:
+        return None, {}
+    context = importlib.import_module("mujoco").GLContext(480, 480)
+    context.make_current()
+    config = importlib.import_module("envpool").make_spec(env_id).config
+    if hasattr(config, "ctrl_dt"):  # a robot: its control steps a second
+        return context, {"render_fps": round(1 / config.ctrl_dt)}
+    try:  # gymnasium's task of that id knows its rate (EnvPool's MuJoCo ones: Hopper's 125)
+        env = gym.make(env_id)
+    except gym.error.Error:
+        return context, {}  # evaluate's 30 frames a second
+    env.close()
+    return context, {"render_fps": env.metadata.get("render_fps", 30)}
+
+
+def envpool_has(env_id: str) -> str:
+    """The hint that ends gymnasium's "unknown env id" where EnvPool has that id (a robot's)."""
+    if importlib.util.find_spec("envpool") is None:
+        return ""
+    known = env_id in importlib.import_module("envpool").list_all_envs()
+    return "; EnvPool has it: add --env-backend envpool" if known else ""
+
+
+def other_ids(env_id: str, envpool) -> str:
+    """The hint that ends "EnvPool has no <id>": its closest ids, and the gymnasium backend where
+    gymnasium has the id (a registered one, or module:Id, which gymnasium imports)."""
+    ids = [i for i in envpool.list_all_envs() if "/" in env_id or "/" not in i]  # one name each
+    close = importlib.import_module("difflib").get_close_matches(env_id, ids, n=3)
+    hint = f"; closest: {', '.join(close)}" if close else ""
+    if ":" in env_id or env_id in gym.registry:
+        hint += "; gymnasium has it: use --env-backend gymnasium"
+    return hint
+
+
 def gaussian_kl(mean_old, std_old, mean_new, std_new) -> torch.Tensor:
     """KL(old || new) of diagonal Gaussians, summed over action dims (analytic, as in rsl_rl)."""
     ratio_term = (std_old**2 + (mean_old - mean_new) ** 2) / (2.0 * std_new**2)
@@ -933,11 +1068,7 @@ def check_args(args: Args):
     for name in ("actor_layers", "critic_layers"):
         if not all(size > 0 for size in getattr(args, name)):
             fail(f"{flag(name)} must be positive sizes, got {getattr(args, name)}")
-    if args.env_backend == "envpool" and args.capture_video:
-        fail("--capture-video renders with gymnasium's MuJoCo: use --env-backend gymnasium")
-    if args.env_backend == "envpool":  # installed, and the task one of EnvPool's
-        EnvPoolVectorEnv(args.env_id, 1).close()
-    check_robot_options(args)  # Extra
+    check_envpool(args)  # Extras: EnvPool has the task (and --eval-command's slots); robot options
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail("--gamma and --gae-lambda must lie in [0, 1]")
     if not math.isfinite(args.init_logstd):
@@ -988,7 +1119,7 @@ def plan_run(args: Args, ckpt: dict | None) -> dict:
         fail(f"no whole batch of {batch_size} steps (num_envs x num_steps) fits between step "
              f"{global_step} and --total-timesteps {args.total_timesteps}")  # fmt: skip
     end_step = global_step + (last_iteration - first_iteration + 1) * batch_size
-    if args.num_envs >= 256:  # gymnasium makes about a hundred envs a second
+    if args.num_envs >= 256 or is_robot(args):  # gymnasium: 100 a second; EnvPool: 10 robots
         say(f"making {args.num_envs} envs")
     return {"first_iteration": first_iteration, "last_iteration": last_iteration,
             "batch_size": batch_size, "start_step": global_step, "end_step": end_step}  # fmt: skip
@@ -1006,7 +1137,7 @@ def start_run(args: Args, plan: dict, can_film: bool) -> dict:
     if args.compile:
         note += "note: --compile: the first update compiles the loss first (about a minute)\n"
     run["start_line"] = (f"{note}{args.env_id}: iterations {plan['first_iteration']}-"
-        f"{plan['last_iteration']} of {plan['batch_size']} steps ({args.num_envs} envs x "
+        f"{plan['last_iteration']} (batches of {plan['batch_size']} steps: {args.num_envs} envs x "
         f"{args.num_steps}) to step {plan['end_step']}; logging to {run_dir}")  # fmt: skip
     return run
 
@@ -1054,9 +1185,11 @@ def open_run(run: dict, args: Args):
 
 def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: dict) -> dict:
     """The iteration's scalars to TensorBoard and its progress line; returns what was written."""
-    step, logged = progress["global_step"], dict(metrics)
-    seconds = time.time() - run["start_time"] - run["eval_seconds"]  # training time only
+    step, logged, now = progress["global_step"], dict(metrics), time.time()
+    seconds = now - run["start_time"] - run["eval_seconds"]  # training time only
     logged["charts/SPS"] = int((step - run["start_step"]) / seconds)
+    if progress["iteration"] == run["first_iteration"]:  # the SPS and ETA from here: not warm-up's
+        run["start_time"], run["start_step"] = now, step
     logged["charts/learning_rate"] = optimizers[0].param_groups[0]["lr"]
     logged["charts/command_scale"] = progress["command_scale"]  # robots: --command-curriculum
     for key, value in logged.items():
@@ -1069,7 +1202,9 @@ def log_iteration(run: dict, metrics: dict, optimizers, carry: dict, progress: d
     eta = (run["end_step"] - step) / max(logged["charts/SPS"], 1)
     eta = f"{int(eta // 86400)}d {time.strftime('%H:%M:%S', time.gmtime(eta % 86400))}"
     say(f"iter {progress['iteration']}/{run['last_iteration']} | step {step} | return {shown} | "
-        f"SPS {logged['charts/SPS']} | ETA {eta}")  # fmt: skip
+        f"teacher {metrics['eval/teacher_return']:.1f} (eval) | action mse "
+        f"{metrics['distill/action_mse']:.3g} | SPS {logged['charts/SPS']} | "
+        f"ETA {eta}")  # fmt: skip
     return logged
 
 
@@ -1128,8 +1263,9 @@ def finish_run(run: dict, state: dict, metrics: dict, stop: int) -> dict:
     run["writer"].add_scalar("eval/episodic_return", mean_return, step)
     close_writer(run, args, video)
     say(f"deterministic eval over {args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}: "
-        f"{mean_return:.1f}{robot_measures(episodes)}; checkpoint: "
-        f"{run['checkpoint']}")  # fmt: skip
+        f"{mean_return:.1f}{robot_measures(episodes)} | teacher "
+        f"{metrics['eval/teacher_return']:.1f} on the same episodes, action mse "
+        f"{metrics['distill/action_mse']:.3g}; checkpoint: {run['checkpoint']}")  # fmt: skip
     return metrics
 
 
@@ -1319,8 +1455,10 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
         say(f"evaluating {args.eval_episodes} episodes in waves of 16")
     for first in range(0, args.eval_episodes, 16):
         n, film = min(16, args.eval_episodes - first), bool(video) and first == 0
-        render = render_kwargs(args.env_id) if film else {}
-        envs = make_student_envs(args.env_id, n, args.env_backend, args.history, **render)
+        render = render_kwargs(args.env_id, args.env_backend) if film else {}
+        envs = make_student_envs(
+            args.env_id, n, args.env_backend, args.history, **render, **eval_options(args)
+        )
         obs, _ = envs.reset(seed=seed + first)
         frames += [envs.envs[0].render()] if film else []
         wave, finished = [None] * n, np.zeros(n, dtype=bool)
@@ -1402,15 +1540,17 @@ class EnvPoolVectorEnv:
     """--env-backend envpool in make_envs's contract: a done env is reset by id at once (EnvPool's
     NEXT_STEP: a step later), reset(seed=s) makes a new seeded pool; a Dict obs is laid flat."""
 
-    def __init__(self, env_id: str, num_envs: int, reward: str = "env", **kwargs):
+    def __init__(self, env_id: str, num_envs: int, reward: str = "env", command=None, **kwargs):
         if importlib.util.find_spec("envpool") is None:
             fail("--env-backend envpool needs EnvPool: pip install -r requirements-envpool.txt")
         envpool = importlib.import_module("envpool")
         if env_id not in envpool.list_all_envs():  # its version too: Hopper-v4 is not Hopper-v5
-            fail(f"EnvPool has no {env_id} (envpool.list_all_envs()): use --env-backend gymnasium")
+            fail(f"EnvPool has no {env_id} (envpool.list_all_envs()){other_ids(env_id, envpool)}")
         make = envpool.make_gymnasium  # 2 threads: robots' SPS +10-20 %, Hopper's +2 % (benchmarks)
         self.make = functools.partial(make, env_id, num_envs=num_envs, num_threads=2, **kwargs)
-        self.num_envs, self.pool, self.reward = num_envs, self.make(), reward
+        self.num_envs, self.pool, self.reward, self.envs = num_envs, self.make(), reward, [self]
+        self.robot = RobotSteps(self.pool.spec.config, reward, fixed_command(env_id, command))
+        self.gl, self.metadata = filming(env_id, kwargs)  # Extra: --capture-video's GL context, fps
         space, self.single_action_space = self.pool.observation_space, self.pool.action_space
         self.keys = list(getattr(space, "spaces", {}))  # a robot's: state, privileged_state
         sizes = [space[key].shape for key in self.keys] if self.keys else [space.shape]
@@ -1423,30 +1563,27 @@ class EnvPoolVectorEnv:
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (sum(s[0] for s in sizes),))
 
     def flat(self, obs):
+        obs = with_command(obs, self.robot.command)  # Extra: --eval-command's, in its slots
         return np.concatenate([obs[key] for key in self.keys], -1) if self.keys else obs
 
     def reset(self, seed: int, options: dict | None = None):  # options: make-time ones
         self.pool.close()
         seeds = [(seed + i) % 2**31 for i in range(self.num_envs)]  # int32
         self.pool = self.make(seed=seeds, **(options or {}))
-        self.sums = {}  # of each reward term, per env, over its episode
+        self.robot.sums = {}  # Extras: each reward term's sum per env, over its episode
         return self.flat(self.pool.reset()[0]), {}
 
     def step(self, actions: np.ndarray):
         obs, rewards, terminated, truncated, raw = self.pool.step(actions)
-        if self.reward != "env":  # Extra: --robot-reward
-            rewards = robot_reward(raw, rewards, self.reward, self.pool.spec.config.ctrl_dt)
-        obs, info, done = self.flat(obs), {}, np.flatnonzero(terminated | truncated)
-        for key in (key for key in raw if key.startswith("reward_")):
-            self.sums[key[7:]] = self.sums.get(key[7:], 0.0) + raw[key]
+        rewards, info = self.robot.step(raw, rewards, obs, terminated | truncated)  # Extras
+        obs, done = self.flat(obs), np.flatnonzero(terminated | truncated)
         if done.size:  # SAME_STEP: the next episode's first obs in place, the last one kept
             info["final_obs"] = obs.copy()
             obs[done] = self.flat(self.pool.reset(env_id=done)[0])
-            length = raw["elapsed_step"]  # the episode's steps, this one included
-            info["reward_terms"] = {name: sums / length for name, sums in self.sums.items()}
-            for sums in self.sums.values():
-                sums[done] = 0
         return obs, rewards, terminated, truncated, info
+
+    def render(self):  # --capture-video: env 0's frame (evaluate films envs[0]: the adapter)
+        return self.pool.render()[0]
 
     def close(self):
         self.pool.close()
@@ -1456,7 +1593,7 @@ def start_mujoco(args: Args) -> bool:
     """MUJOCO_GL before any env loads MuJoCo; whether to film (a frame rendered, or why not)."""
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")
-    error = rendering_error(args.env_id) if args.capture_video else None
+    error = rendering_error(args.env_id, args.env_backend) if args.capture_video else None
     try:
         importlib.import_module("mujoco").set_mju_user_warning(mujoco_warning)
     except ModuleNotFoundError:  # no MuJoCo: other gymnasium envs still work
@@ -1478,21 +1615,21 @@ def mujoco_warning(message: str):
         print(f"MuJoCo warning: {message}", file=sys.stderr)
 
 
-def render_kwargs(env_id: str) -> dict:
+def render_kwargs(env_id: str, backend: str) -> dict:
     # MuJoCo renders on the CPU: a small frame keeps a 1000-step video at about a minute.
-    size = {"width": 320, "height": 240} if "mujoco" in str(gym.spec(env_id).entry_point) else {}
-    return {"render_mode": "rgb_array", **size}
+    mujoco = backend == "gymnasium" and "mujoco" in str(gym.spec(env_id).entry_point)
+    return {"render_mode": "rgb_array", **({"width": 320, "height": 240} if mujoco else {})}
 
 
-def rendering_error(env_id: str) -> str | None:
+def rendering_error(env_id: str, backend: str) -> str | None:
     """A frame rendered in a child (a failing GL library can kill its process): None, or why not."""
     probe = f"import os, sys\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
-    probe += f"try:\n    import imageio_ffmpeg, gymnasium as gym, {SCRIPT_NAME} as script\n"
-    probe += "    env = gym.make(sys.argv[1], **script.render_kwargs(sys.argv[1]))\n"
-    probe += "    env.reset(seed=0)\n    assert env.render() is not None, 'no frame rendered'\n"
+    probe += f"try:\n    import imageio_ffmpeg, {SCRIPT_NAME} as s\n    a = {[env_id, backend]}\n"
+    probe += "    envs = s.make_envs(a[0], 1, a[1], **s.render_kwargs(*a))\n"
+    probe += "    envs.reset(seed=0)\n    assert envs.envs[0].render() is not None, 'no frame'\n"
     probe += "except Exception as e:\n    print(f'{type(e).__name__}: {e}'.splitlines()[0])\n"
     probe += "    os._exit(1)  # no __del__ of a half-built renderer"
-    result = subprocess.run([sys.executable, "-c", probe, env_id], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     error = result.stdout.strip() or f"exit code {result.returncode}"
     return f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {error}" if result.returncode else None
 

@@ -258,8 +258,8 @@ def test_the_rendering_check_runs_apart_and_says_why_it_failed(monkeypatch, capf
     # A GL library that fails can fail again when its half-built renderer is collected (EGL without
     # a vendor library), or take the process down: the check renders in a child process.
     script = importlib.import_module("ppo_continuous")
-    assert script.rendering_error("Hopper-v5") is None  # EGL with Mesa, as CI installs it
+    assert script.rendering_error("Hopper-v5", "gymnasium") is None  # EGL with Mesa, as CI has
     monkeypatch.setenv("MUJOCO_GL", "bogus")
-    error = script.rendering_error("Hopper-v5")
+    error = script.rendering_error("Hopper-v5", "gymnasium")
     assert error.startswith("MUJOCO_GL=bogus: ") and "bogus" in error.split(": ", 1)[1]
     assert capfd.readouterr() == ("", "")

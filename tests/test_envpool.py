@@ -104,7 +104,6 @@ def test_a_run_on_envpool_saves_the_backend_and_its_resume_and_evaluation_use_it
     [
         ({"env_id": "Walker2d-v2"}, "error: EnvPool has no Walker2d-v2"),  # never another version
         ({"env_id": "toy_envs:CountsSteps-v0"}, "error: EnvPool has no toy_envs:CountsSteps-v0"),
-        ({"capture_video": True}, "error: --capture-video renders with gymnasium's MuJoCo"),
     ],
 )
 def test_where_envpool_cannot_serve_one_line_names_the_gymnasium_backend(fields, message, tmp_path):
@@ -145,5 +144,43 @@ def test_the_command_line_refusal_is_one_line_without_a_traceback():
     )  # fmt: skip
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip() == (
-        "error: EnvPool has no Ant-v2 (envpool.list_all_envs()): use --env-backend gymnasium"
+        "error: EnvPool has no Ant-v2 (envpool.list_all_envs()); closest: Ant-v5, Ant-v4, Ant-v3; "
+        "gymnasium has it: use --env-backend gymnasium"
     )
+
+
+@pytest.mark.parametrize("name", [*ALL_SCRIPTS, "ppo_teacher_student"])
+def test_a_robot_on_the_wrong_backend_or_misspelled_is_pointed_the_right_way(name, tmp_path):
+    """A robot's id on the default gymnasium backend: gymnasium's error, and that EnvPool has it.
+    A misspelled one on EnvPool: its closest EnvPool ids (one name each, not also
+    MuJoCoPlayground/'s), and no gymnasium backend, which does not have it either."""
+    script = importlib.import_module(name)
+    with pytest.raises(SystemExit) as stopped:  # where train() makes its envs (a student's too)
+        script.make_envs("Go1JoystickFlatTerrain-v1", 1)
+    assert str(stopped.value.code).startswith("error: unknown env id 'Go1JoystickFlatTerrain-v1' (")
+    assert str(stopped.value.code).endswith("; EnvPool has it: add --env-backend envpool")
+    with pytest.raises(SystemExit) as stopped:
+        script.make_envs("NoSuchEnv-v0", 1)  # nor in EnvPool
+    assert "EnvPool" not in str(stopped.value.code)
+    misspelled = small_args(
+        script, tmp_path, env_id="Go1JoystickFlatTerain-v1", env_backend="envpool"
+    )
+    with pytest.raises(SystemExit) as stopped:
+        script.train(misspelled)
+    assert stopped.value.code == (
+        "error: EnvPool has no Go1JoystickFlatTerain-v1 (envpool.list_all_envs()); closest: "
+        "Go1JoystickFlatTerrain-v1, G1JoystickFlatTerrain-v1, T1JoystickFlatTerrain-v1"
+    )
+
+
+def test_envpool_films_at_the_envs_own_rate():
+    """--capture-video's pools: a robot's frame rate is its control rate (50 a second for Go1's
+    0.02 s), a gymnasium MuJoCo task's gymnasium's own (Hopper's 125); EnvPool renders env 0."""
+    script = importlib.import_module("ppo_continuous")
+    for env_id, fps in [("Go1JoystickFlatTerrain-v1", 50), ("Hopper-v5", 125)]:
+        envs = script.make_envs(env_id, 2, "envpool", **script.render_kwargs(env_id, "envpool"))
+        envs.reset(seed=0)
+        assert envs.envs[0].metadata["render_fps"] == fps
+        frame = envs.envs[0].render()
+        assert frame.dtype == np.uint8 and frame.shape == (480, 480, 3) and frame.std() > 10
+        envs.close()

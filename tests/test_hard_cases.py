@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from conftest import ROOT, RecordingWriter, allow_toy_env, only_checkpoint, small_args
+from conftest import PPO_FAMILY, ROOT, RecordingWriter, allow_toy_env, only_checkpoint, small_args
 
 
 def toy_env_args(script, log_dir, env_id, **overrides):
@@ -188,7 +188,7 @@ def test_one_process_of_ppo_ddp_says_1_rank_and_1_episode(tmp_path, capsys):
     ddp = importlib.import_module("ppo_ddp")
     ddp.train(small_args(ddp, tmp_path, total_timesteps=128))
     out = capsys.readouterr().out
-    assert "iterations 1-1 of 128 steps (1 rank x 2 envs x 64)" in out
+    assert "iterations 1-1 (batches of 128 steps: 1 rank x 2 envs x 64)" in out
     assert "deterministic eval over 1 episode: " in out
 
 
@@ -210,11 +210,50 @@ def test_the_sps_leaves_the_evaluation_time_out(capsys):
     ppo = importlib.import_module("ppo_continuous")
     optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
     run = {"start_step": 0, "start_time": time.time() - 1000.0, "eval_seconds": 990.0}
-    run.update(end_step=200_000, last_iteration=2, writer=RecordingWriter())
+    run.update(end_step=200_000, first_iteration=1, last_iteration=2, writer=RecordingWriter())
     progress = {"global_step": 100_000, "iteration": 1, "command_scale": 1.0}
     logged = ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)
     assert 5000 < logged["charts/SPS"] <= 10_000
     assert f"| SPS {logged['charts/SPS']} |" in capsys.readouterr().out
+
+
+def test_the_sps_and_eta_count_from_the_end_of_the_first_iteration(monkeypatch, capsys):
+    """Start-up is not the rate (issue 64: an ETA of 29:46 at iteration 1 on Go1, 7:33 by
+    iteration 10). The first iteration's SPS counts from the start line, with the warm-up of its
+    first calls (--compile's compile, appo's actors starting); from the second on, the rate is
+    that of the iterations after the first: 1000 steps in its 1 s, not 2000 in 101 s."""
+    ppo = importlib.import_module("ppo_continuous")
+    clock = iter([1100.0, 1101.0])  # the ends of iterations 1 and 2
+    monkeypatch.setattr(ppo.time, "time", lambda: next(clock))
+    optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
+    run = {"start_step": 0, "start_time": 1000.0, "eval_seconds": 0.0, "end_step": 3000}
+    run.update(first_iteration=1, last_iteration=3, writer=RecordingWriter())
+    sps = []
+    for iteration in (1, 2):
+        progress = {"global_step": 1000 * iteration, "iteration": iteration, "command_scale": 1.0}
+        sps.append(ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)["charts/SPS"])
+    assert sps == [10, 1000]
+    assert capsys.readouterr().out.splitlines()[1].endswith("| SPS 1000 | ETA 0d 00:00:01")
+
+
+@pytest.mark.parametrize("name", PPO_FAMILY)
+def test_the_first_iteration_s_sps_leaves_the_envs_start_out(name, tmp_path, monkeypatch, capsys):
+    """The clock starts after the envs' first reset (an EnvPool robot's pool is made there: 3 s
+    for Go1's 32, 8 s for Berkeley Humanoid's): 3 s of it here leave the SPS of the first
+    iteration (20 steps of CountsSteps) at what the iteration itself took."""
+    script = importlib.import_module(name)
+    allow_toy_env(script, monkeypatch)
+    start_episodes = script.start_episodes
+
+    def slow_start_episodes(*args, **kwargs):
+        time.sleep(3.0)
+        return start_episodes(*args, **kwargs)
+
+    monkeypatch.setattr(script, "start_episodes", slow_start_episodes)
+    script.train(small_args(script, tmp_path, env_id="toy_envs:CountsSteps-v0", num_steps=10,
+                            total_timesteps=20))  # fmt: skip
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter 1/")]
+    assert int(line.split("| SPS ")[1].split(" ")[0]) > 20  # with the 3 s: 20 / 3 = 6
 
 
 def test_long_evaluations_say_what_they_do_and_take(tmp_path, capsys):

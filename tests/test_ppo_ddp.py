@@ -264,7 +264,7 @@ def two_rank_run(tmp_path_factory):
 def test_two_ranks_train_in_sync(two_rank_run):
     returncode, out, err, log_dir = two_rank_run
     assert returncode == 0, err[-3000:]
-    assert "iterations 1-4 of 256 steps (2 ranks x 2 envs x 64)" in out
+    assert "iterations 1-4 (batches of 256 steps: 2 ranks x 2 envs x 64)" in out
     assert out.count("parameters in sync across 2 ranks") == 4  # every iteration, the last included
     assert (
         out.count("iter 1/4") == 1 and out.count("deterministic eval") == 1
@@ -304,7 +304,7 @@ def test_two_ranks_resume_with_other_settings(two_rank_run, tmp_path):
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
     assert out.count("resuming") == 1 and "num_envs=1" in out  # rank 0 alone prints
-    assert "iterations 9-10 of 128 steps" in out and "ETA -" not in out
+    assert "iterations 9-10 (batches of 128 steps: 2 ranks" in out and "ETA -" not in out
     assert ppo_ddp.load_checkpoint(str(copy))["global_step"] == 1280
 
 

@@ -343,7 +343,7 @@ def test_the_eta_of_a_long_run_is_in_days_and_hours(capsys):
     ppo = importlib.import_module("ppo_continuous")
     run = {"start_step": 0, "start_time": time.time() - 1000.0, "end_step": 100_001_000}
     run["eval_seconds"] = 0.0  # no evaluation yet
-    run.update(last_iteration=50_000, writer=NoWriter())
+    run.update(first_iteration=1, last_iteration=50_000, writer=NoWriter())
     optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
     progress = {
         "global_step": 1000,

@@ -6,6 +6,7 @@ of Go1JoystickFlatTerrain-v1."""
 
 import dataclasses
 import importlib
+import inspect
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import shutil
 import subprocess
 import sys
 
+import imageio.v3
 import numpy as np
 import pytest
 import torch
@@ -202,7 +204,9 @@ def test_a_go1_run_resumes_and_its_critic_flag_cannot_change(go1_run, tmp_path):
 
 def test_the_export_takes_state_only_and_acts_as_evaluation(go1_run, tmp_path):
     """The ONNX policy's input is the 48 numbers of state; its actions are the script's mean
-    action on [state | privileged_state]; --check's return is --eval-checkpoint's."""
+    action on [state | privileged_state], to float rounding (onnxruntime sums in another order);
+    --check's return is --eval-checkpoint's on this barely trained policy's episode (a trained
+    robot's episodes can turn that rounding into other falls: tools/export_onnx.py, check)."""
     onnxruntime = pytest.importorskip("onnxruntime")
     script, _, checkpoint = go1_run
     output = tmp_path / "policy.onnx"
@@ -250,3 +254,172 @@ def test_an_envpool_task_the_scripts_cannot_use_is_one_line():
     )  # fmt: skip
     assert result.returncode == 1 and result.stderr.startswith("error: EnvPool's Pong-v5 observes")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation under a chosen command (--eval-command), and its video (--capture-video)
+# ---------------------------------------------------------------------------------------------
+COMMAND = (0.5, -0.2, 0.3)  # vx, vy, yaw rate
+SLOTS = [45, 46, 47, STATE + 45, STATE + 46, STATE + 47]  # state's, and privileged_state's copy
+VX, VY, GYRO_Z = STATE + 57, STATE + 58, STATE + 50  # privileged_state's, in the flat obs
+
+
+def tracking(obs: np.ndarray, command) -> tuple[np.ndarray, np.ndarray]:
+    """Go1's tracking terms, written out (go1.h): exp(-|command_xy - v_xy|^2 / 0.25) and
+    0.5 x exp(-(command_yaw - gyro_z)^2 / 0.25), from the flat obs after a step."""
+    command = np.asarray(command, dtype=np.float64).reshape(-1, 3)
+    lin = ((command[:, :2] - obs[:, [VX, VY]]) ** 2).sum(-1)
+    return np.exp(-lin / 0.25), 0.5 * np.exp(-((command[:, 2] - obs[:, GYRO_Z]) ** 2) / 0.25)
+
+
+def test_a_chosen_command_is_in_every_observation_and_tracked_as_the_env_tracks_its_own():
+    """150 steps of 3 Go1 envs, random actions. The formula above is the env's: with the command
+    each env observed before a step, it gives that step's reward_tracking_* terms. With a chosen
+    command, the adapter writes it into every observation (resets, autoresets, final_obs) and an
+    ended episode's tracking terms are the formula's mean against it over the episode's steps;
+    the other terms stay the env's."""
+    script = importlib.import_module("ppo_continuous")
+    rng = np.random.default_rng(0)
+    envs = script.make_envs(GO1, 3, "envpool")
+    obs, _ = envs.reset(seed=0)
+    raw, step = [], envs.pool.step
+    envs.pool.step = lambda actions: raw.append(step(actions)) or raw[-1]
+    for _ in range(60):
+        before = obs[:, 45:48]
+        obs, _, _, _, info = envs.step(rng.uniform(-1, 1, (3, 12)))
+        pool_info = raw[-1][4]
+        lin, yaw = tracking(np.concatenate([raw[-1][0][k] for k in ("state", "privileged_state")],
+                                           -1), before)  # fmt: skip
+        np.testing.assert_allclose(lin, pool_info["reward_tracking_lin_vel"], rtol=1e-12)
+        np.testing.assert_allclose(yaw, pool_info["reward_tracking_ang_vel"], rtol=1e-12)
+    envs.close()
+    envs = script.make_envs(GO1, 3, "envpool", command=COMMAND)
+    obs, _ = envs.reset(seed=0)
+    raw, step = [], envs.pool.step
+    envs.pool.step = lambda actions: raw.append(step(actions)) or raw[-1]
+    sums, ended = {"lin": np.zeros(3), "yaw": np.zeros(3), "pose": np.zeros(3)}, 0
+    np.testing.assert_array_equal(obs[:, SLOTS], np.tile(COMMAND * 2, (3, 1)))
+    for _ in range(150):
+        obs, _, terminated, truncated, info = envs.step(rng.uniform(-1, 1, (3, 12)))
+        np.testing.assert_array_equal(obs[:, SLOTS], np.tile(COMMAND * 2, (3, 1)))
+        pool_obs, _, _, _, pool_info = raw[-1]
+        after = np.concatenate([pool_obs[k] for k in ("state", "privileged_state")], -1)
+        lin, yaw = tracking(after, COMMAND)
+        sums["lin"], sums["yaw"] = sums["lin"] + lin, sums["yaw"] + yaw
+        sums["pose"] = sums["pose"] + pool_info["reward_pose"]
+        done = np.flatnonzero(terminated | truncated)
+        if done.size:
+            np.testing.assert_array_equal(
+                info["final_obs"][done][:, SLOTS], [COMMAND * 2] * done.size
+            )
+            length = pool_info["elapsed_step"][done]
+            terms = {name: means[done] for name, means in info["reward_terms"].items()}
+            np.testing.assert_allclose(terms["tracking_lin_vel"], sums["lin"][done] / length)
+            np.testing.assert_allclose(terms["tracking_ang_vel"], sums["yaw"][done] / length)
+            np.testing.assert_allclose(terms["pose"], sums["pose"][done] / length)
+            for key in sums:
+                sums[key][done] = 0.0
+            ended += done.size
+    envs.close()
+    assert ended >= 3
+
+
+def evaluating() -> bool:
+    return any(frame.function == "evaluate" for frame in inspect.stack(0))
+
+
+@pytest.mark.parametrize("name", [*ALL_SCRIPTS, "ppo_teacher_student"])
+def test_every_script_films_and_evaluates_the_robot_under_a_chosen_command(
+    name, go1_run, tmp_path, monkeypatch, capsys
+):
+    """A one-iteration Go1 run with --capture-video and --eval-command 0.5 -0.2 0.3, its filmed
+    evaluation episode cut at 8 steps (a robot's frame takes 0.5 s in software). The MP4 holds
+    the episode's 8 frames of env 0, the first one the robot as an env of the evaluation's seed
+    renders it (not another seed's); every observation of every evaluation carries the command
+    (training's do not); the printed tracking is the formula's against it over the episode. The
+    first line (before the envs are made) says that they are being made."""
+    script = importlib.import_module(name)
+    render_kwargs = script.render_kwargs
+    monkeypatch.setattr(
+        script, "render_kwargs", lambda *a: {**render_kwargs(*a), "max_episode_steps": 8}
+    )
+    records, flat = [], script.EnvPoolVectorEnv.flat
+
+    def recorded_flat(self, obs):
+        flat_obs = flat(self, obs)
+        records.append((self, evaluating(), flat_obs.copy()))  # the adapter writes into it
+        return flat_obs
+
+    monkeypatch.setattr(script.EnvPoolVectorEnv, "flat", recorded_flat)
+    fields = dict(capture_video=True, video_dir=str(tmp_path / "videos"), eval_command=COMMAND)
+    if name == "ppo_teacher_student":
+        fields.update(teacher=go1_run[2], history=1)
+    script.train(go1_args(script, tmp_path / "run", total_timesteps=128, **fields))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "making 2 envs"
+    assert re.search(
+        r": iterations 1-1 \(batches of 128 steps: .*2 envs x 64\) to step 128;", lines[1]
+    )
+    evaluated = np.concatenate([obs for _, evaluation, obs in records if evaluation])
+    np.testing.assert_array_equal(evaluated[:, SLOTS], [COMMAND * 2] * len(evaluated))
+    trained = [obs for _, evaluation, obs in records if not evaluation]  # appo's: in its actors
+    assert all((obs[:, SLOTS] != COMMAND * 2).any(1).all() for obs in trained)
+    last = [obs for pool, _, obs in records if pool is records[-1][0]]  # the final evaluation's
+    assert len(last) == 10  # its reset, 8 steps, and the reset after them
+    lin, yaw = tracking(np.concatenate(last[1:9]), COMMAND)
+    (final,) = [line for line in lines if line.startswith("deterministic eval over 1 episode: ")]
+    measures = f"| tracking lin {lin.mean():.3f} yaw {yaw.mean():.3f} | falls 0 of 1 | length 8"
+    assert measures in final
+    (video,) = (tmp_path / "videos").glob("*/eval_step128.mp4")
+    frames = imageio.v3.imread(video).astype(float)
+    assert frames.shape == (8, 480, 480, 3)
+    difference = {}
+    for seed in (1, 2):  # the evaluation's seed, and another
+        envs = script.make_envs(GO1, 1, "envpool", **render_kwargs(GO1, "envpool"))
+        envs.reset(seed=seed + script.EVAL_SEED_OFFSET)
+        difference[seed] = np.abs(frames[0] - envs.envs[0].render()).mean()  # of 255
+        envs.close()
+    assert difference[1] < 2.5 and difference[2] > 8  # the MP4's compression, another robot
+
+
+def test_periodic_and_checkpoint_evaluations_run_the_chosen_command_too(go1_run, monkeypatch):
+    """--eval-every's evaluation and --eval-checkpoint's (the flag as typed: negative numbers)
+    make their pools with the command, which every observation they give carries."""
+    script, _, checkpoint = go1_run
+    made, reset = [], script.EnvPoolVectorEnv.reset
+
+    def recorded_reset(self, seed, options=None):
+        obs, info = reset(self, seed, options)
+        made.append((evaluating(), obs[:, SLOTS].copy()))
+        return obs, info
+
+    monkeypatch.setattr(script.EnvPoolVectorEnv, "reset", recorded_reset)
+    saved = script.saved_args(script.load_checkpoint(checkpoint))
+    run_dir = os.path.dirname(checkpoint)
+    args = dataclasses.replace(saved, log_dir=run_dir + "-periodic", eval_every=1)
+    script.train(dataclasses.replace(args, total_timesteps=128, eval_command=COMMAND))
+    typed = ["--eval-checkpoint", checkpoint, "--eval-episodes", "2", "--eval-command"]
+    script.train(script.parse_args([*typed, *map(str, COMMAND)]))
+    evaluations = [slots for evaluation, slots in made if evaluation]
+    assert len(evaluations) == 3  # --eval-every's, the final one, --eval-checkpoint's
+    for slots in evaluations:
+        np.testing.assert_array_equal(slots, [COMMAND * 2] * len(slots))
+    assert [len(slots) for slots in evaluations] == [1, 1, 2]
+
+
+@pytest.mark.parametrize("name", [*ALL_SCRIPTS, "ppo_teacher_student"])
+def test_a_command_where_no_one_knows_its_slots_is_refused_in_one_line(name, tmp_path):
+    """--eval-command on a gymnasium task, on a robot whose command slots are not known here, or
+    with a NaN: one line before anything runs."""
+    script = importlib.import_module(name)
+    for fields, message in [
+        (dict(), "--eval-command commands EnvPool's robots (Go1JoystickFlatTerrain-v1, "),
+        (dict(env_id="BerkeleyHumanoidJoystickFlatTerrain-v1", env_backend="envpool"),
+         "--eval-command: where BerkeleyHumanoidJoystickFlatTerrain-v1's observation holds its "),
+        (dict(env_id=GO1, env_backend="envpool", eval_command=(1.0, float("nan"), 0.0)),
+         "--eval-command must be 3 finite numbers (vx vy yaw-rate), got (1.0, nan, 0.0)"),
+    ]:  # fmt: skip
+        args = small_args(script, tmp_path, **{"eval_command": COMMAND, **fields})
+        with pytest.raises(SystemExit, match=f"^error: {re.escape(message)}"):
+            script.train(args)
+    assert not list(tmp_path.iterdir())

@@ -364,6 +364,26 @@ def test_the_onnx_export_checks_against_evaluation(hopper_teacher, tmp_path):
     assert f"onnxruntime deterministic return {expected}" in done.stdout
 
 
+def test_the_student_s_lines_say_its_teacher_s_return_and_the_action_error(
+    hopper_teacher, tmp_path, capsys
+):
+    """Each progress line and the final evaluation line: the teacher's deterministic return on the
+    evaluation's episodes and the mean squared action error of the iteration, as logged."""
+    metrics = ts.train(hopper_args(hopper_teacher, tmp_path))
+    lines = capsys.readouterr().out.splitlines()
+    events = read_events(os.path.dirname(only_checkpoint(tmp_path)))
+    teacher = [point.value for point in events.Scalars("eval/teacher_return")]
+    mse = [point.value for point in events.Scalars("distill/action_mse")]
+    progress = [line for line in lines if line.startswith("iter ")]
+    assert len(progress) == len(teacher) == len(mse) == 2
+    for line, teacher_return, error in zip(progress, teacher, mse):
+        assert f" | teacher {teacher_return:.1f} (eval) | action mse {error:.3g} | SPS " in line
+    assert teacher[0] == teacher[1] == pytest.approx(metrics["eval/teacher_return"])
+    final = f": {metrics['eval/episodic_return']:.1f} | teacher {teacher[1]:.1f} on the same "
+    final += f"episodes, action mse {mse[1]:.3g}; checkpoint: "
+    assert lines[-1].startswith("deterministic eval over 1 episode") and final in lines[-1]
+
+
 def test_a_resume_goes_on_distilling(hopper_teacher, tmp_path):
     ts.train(hopper_args(hopper_teacher, tmp_path))
     path = only_checkpoint(tmp_path)
