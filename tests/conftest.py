@@ -22,14 +22,15 @@ RUN_TAGS = ("charts/SPS", "charts/learning_rate", "charts/episodic_return", "eva
 CLEANRL_TAGS = {"charts/episodic_return", "charts/SPS", "losses/approx_kl", "eval/episodic_return"}
 
 
-# The test files, longest first (their seconds in .ci/run on 2026-12-04, idle): --dist loadfile
+# The test files, longest first (their seconds in a full run on 2026-12-07): --dist loadfile
 # hands whole files to the 2 workers in collection order (pytest.ini: --no-loadscope-reorder), so
 # the last files to start are short ones and both workers finish together. A file not listed
 # goes last.
-LONGEST_FIRST = ["test_ppo_ddp", "test_ppo_family", "test_appo_vtrace", "test_research_use"]
-LONGEST_FIRST += ["test_seams", "test_checkpoints_and_cli", "test_robots", "test_contract"]
-LONGEST_FIRST += ["test_hard_cases", "test_teacher_student", "test_track", "test_export_onnx"]
-LONGEST_FIRST += ["test_envpool", "test_robot_symmetry", "test_benchmarks", "test_ppo_symaug"]
+LONGEST_FIRST = ["test_robot_options", "test_ppo_ddp", "test_robots", "test_appo_vtrace"]
+LONGEST_FIRST += ["test_ppo_family", "test_research_use", "test_checkpoints_and_cli", "test_track"]
+LONGEST_FIRST += ["test_seams", "test_hard_cases", "test_contract", "test_benchmarks"]
+LONGEST_FIRST += ["test_teacher_student", "test_envpool", "test_ppo_symaug", "test_export_onnx"]
+LONGEST_FIRST += ["test_robot_symmetry", "test_loss_terms_and_state", "test_ppo_spo"]
 
 
 def file_rank(item) -> int:
