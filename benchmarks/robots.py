@@ -30,6 +30,14 @@ steps): the direction exploration alone pushes the robot, before any gait is lea
 share of those steps whose reward the env's clip at 0 leaves exactly 0 (no signal to learn from).
 
     python benchmarks/robots.py --drift-stds 0.1 0.2 0.37 1.0
+
+--gif VIDEO GIF turns 5 s of a video that a script filmed (--eval-checkpoint X --capture-video,
+with --eval-command to choose what the robot does) into a small GIF, as the README's:
+
+    python ppo_continuous.py --eval-checkpoint benchmarks/robots/ppo_continuous-Go1*.pt \
+        --capture-video --eval-command 0.8 0 0 --eval-episodes 1 --video-dir videos
+    python benchmarks/robots.py --gif videos/robots/eval_checkpoint_step19996672_<time>.mp4 \
+        benchmarks/plots/ppo_continuous-Go1JoystickFlatTerrain-v1-forward.gif
 """
 
 import csv
@@ -39,6 +47,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+import imageio.v3
 import numpy as np
 import torch
 import tyro
@@ -81,6 +90,8 @@ class Args:
     """where --curves draws"""
     drift_stds: tuple[float, ...] = ()
     """Go1's mean base velocity under random actions of these stds: what exploration alone does"""
+    gif: tuple[str, ...] = ()
+    """VIDEO GIF: 5 s of a robot's MP4 that a script filmed, from its 2nd second, as a small GIF"""
 
 
 def load(path: str):
@@ -326,6 +337,10 @@ def main(args: Args):
         raise SystemExit("error: --labels needs one label per --curves directory")
     if len(args.commands) % 3 or not args.commands:
         raise SystemExit("error: --commands takes vx vy yaw-rate triples, e.g. 0.8 0 0 0 0 1")
+    if len(args.gif) not in (0, 2):
+        raise SystemExit("error: --gif takes a video and the GIF to write: --gif VIDEO GIF")
+    if args.gif:
+        write_gif(*args.gif)
     if args.curves:
         plot_curves(args.curves, args.labels, args.bin_steps, args.curves_plot)
     for std in args.drift_stds:
@@ -355,6 +370,17 @@ def main(args: Args):
     print("\n".join(notes))
     if args.record and rows:
         record(rows, args.output)
+
+
+def write_gif(video: str, path: str):
+    """Steps 100-349 of a filmed episode (5 s at the robots' 50 steps a second), every 5th frame
+    shown for 0.1 s: real time, 200 px and 64 colours, small enough for a README."""
+    from PIL import Image
+
+    frames = [Image.fromarray(frame).resize((200, 200), Image.LANCZOS).quantize(64)
+              for frame in imageio.v3.imread(video)[100:350:5]]  # fmt: skip
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=100, loop=0)
+    print(f"wrote {path}: {len(frames)} frames of {video}")
 
 
 def row_of(ckpt: dict, script, result: dict, wall_seconds: tuple) -> dict:

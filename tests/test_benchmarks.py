@@ -470,6 +470,32 @@ def test_robot_curves_average_each_tracking_term_over_its_bins(tmp_path):
         robots.main(robots.Args(curves=args.curves))
 
 
+def test_robots_gif_is_five_seconds_of_the_video_from_its_second_second(tmp_path, capsys):
+    """robots.py --gif: frames 100, 105, ..., 345 of the MP4 (each frame's number painted in its
+    brightness), 200 px, 0.1 s each (real time at 50 steps a second), looping."""
+    import imageio.v3
+    import numpy as np
+    import robots
+    from PIL import Image
+
+    video, gif = tmp_path / "episode.mp4", tmp_path / "walking.gif"
+    frames = np.repeat((np.arange(400) // 2).astype(np.uint8)[:, None, None, None], 64, 1)
+    imageio.v3.imwrite(video, np.repeat(np.repeat(frames, 64, 2), 3, 3), fps=50)
+    robots.main(robots.Args(gif=(str(video), str(gif))))
+    with Image.open(gif) as image:
+        assert (image.n_frames, image.size, image.info["loop"]) == (50, (200, 200), 0)
+        brightness = []
+        for k in range(image.n_frames):
+            image.seek(k)
+            assert image.info["duration"] == 100
+            brightness.append(np.asarray(image.convert("L"), dtype=float).mean())
+    expected = np.arange(100, 350, 5) // 2
+    assert np.abs(np.array(brightness) - expected).max() < 3  # the codecs' rounding
+    assert "wrote" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--gif VIDEO GIF"):
+        robots.main(robots.Args(gif=(str(video),)))
+
+
 def test_robots_drift_random_actions_push_go1_backward():
     """robots.py --drift-stds: standing (std 0) Go1 barely moves and earns a reward almost every
     step; random actions of the recipe's initial std (0.37) walk it backward at about 0.25 m/s in
