@@ -470,30 +470,42 @@ def test_robot_curves_average_each_tracking_term_over_its_bins(tmp_path):
         robots.main(robots.Args(curves=args.curves))
 
 
-def test_robots_gif_is_five_seconds_of_the_video_from_its_second_second(tmp_path, capsys):
-    """robots.py --gif: frames 100, 105, ..., 345 of the MP4 (each frame's number painted in its
-    brightness), 200 px, 0.1 s each (real time at 50 steps a second), looping."""
+def test_robots_gif_is_five_seconds_of_the_video_from_its_second_second(
+    tmp_path, capsys, monkeypatch
+):
+    """robots.py --gif: frames 100, 105, ..., 345 of the video (frame k's left half painted in a
+    colour of its own), 200 px resampled smoothly (the right half's 1-pixel checkerboard turns
+    grey), at most 64 colours, 0.1 s each (real time at 50 steps a second), looping; a real MP4
+    is read too."""
     import imageio.v3
     import numpy as np
     import robots
     from PIL import Image
 
+    def colour(k):
+        return np.array([k % 256, k * 37 % 256, 90])  # frames k and k+1 differ by 37 in green
+
+    frames = np.zeros((400, 96, 96, 3), dtype=np.uint8)
+    frames[:, :, :48] = np.stack([colour(k) for k in range(400)])[:, None, None]
+    frames[:, :, 48:] = 255 * (np.indices((96, 48)).sum(0) % 2)[None, :, :, None]
     video, gif = tmp_path / "episode.mp4", tmp_path / "walking.gif"
-    frames = np.repeat((np.arange(400) // 2).astype(np.uint8)[:, None, None, None], 64, 1)
-    imageio.v3.imwrite(video, np.repeat(np.repeat(frames, 64, 2), 3, 3), fps=50)
+    imageio.v3.imwrite(video, frames, fps=50)
+    robots.main(robots.Args(gif=(str(video), str(gif))))  # a real MP4: 50 frames read
+    assert capsys.readouterr().out.splitlines()[0] == f"wrote {gif}: 50 frames of {video}"
+    monkeypatch.setattr(imageio.v3, "imread", lambda path: frames)  # exact colours, no codec
     robots.main(robots.Args(gif=(str(video), str(gif))))
     with Image.open(gif) as image:
         assert (image.n_frames, image.size, image.info["loop"]) == (50, (200, 200), 0)
-        brightness = []
-        for k in range(image.n_frames):
+        for k, shown in enumerate(range(100, 350, 5)):
             image.seek(k)
             assert image.info["duration"] == 100
-            brightness.append(np.asarray(image.convert("L"), dtype=float).mean())
-    expected = np.arange(100, 350, 5) // 2
-    assert np.abs(np.array(brightness) - expected).max() < 3  # the codecs' rounding
-    assert "wrote" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="--gif VIDEO GIF"):
-        robots.main(robots.Args(gif=(str(video),)))
+            rgb = np.asarray(image.convert("RGB"), dtype=int)
+            assert np.abs(rgb[100, 50] - colour(shown)).max() <= 3, (k, rgb[100, 50])
+            assert ((rgb[20:180, 110:190] > 60) & (rgb[20:180, 110:190] < 195)).mean() > 0.5
+            assert len(image.convert("RGB").getcolors(1 << 16)) <= 64
+    for wrong in [(str(video),), (str(video), str(gif), str(gif))]:
+        with pytest.raises(SystemExit, match="--gif VIDEO GIF"):
+            robots.main(robots.Args(gif=wrong))
 
 
 def test_robots_drift_random_actions_push_go1_backward():
