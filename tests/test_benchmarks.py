@@ -622,19 +622,19 @@ def test_robots_prints_a_table_and_records_only_when_asked(tmp_path, capsys):
     assert robots.Args().episodes == 50 and robots.Args().record is False
     path = os.path.join(ROOT, "benchmarks", "robots", "ppo_continuous-Go1JoystickFlatTerrain-v1.pt")
     output = tmp_path / "robots.csv"
-    robots.main(robots.Args(checkpoints=(path,), episodes=2, output=str(output)))
+    robots.main(robots.Args(checkpoints=(path,), episodes=3, output=str(output)))
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].split()[:4] == ["script", "task", "seed", "steps"] and not output.exists()
-    assert printed[1].split()[0] == "ppo_continuous.py" and printed[1].endswith("of 2")
+    assert printed[1].split()[0] == "ppo_continuous.py" and printed[1].endswith("of 3")
     script, ckpt, agent = robots.load(path)
-    result = robots.evaluate(script, ckpt, agent, episodes=2, trace=False)
+    result = robots.evaluate(script, ckpt, agent, episodes=3, trace=False)  # some sent forward
     forward = result["commands"][:, 0] > 0.25
     assert 0 < forward.sum() < len(forward)
     expected = round(float(result["tracking"][forward].mean()), 3)
     assert f" {expected} " in printed[1]
-    robots.main(robots.Args(checkpoints=(path,), episodes=2, output=str(output), record=True))
+    robots.main(robots.Args(checkpoints=(path,), episodes=3, output=str(output), record=True))
     (row,) = csv.DictReader(output.open())
-    assert row["eval_episodes"] == "2" and float(row["eval_tracking_forward"]) == expected
+    assert row["eval_episodes"] == "3" and float(row["eval_tracking_forward"]) == expected
 
 
 def test_robots_drives_the_commands_chosen_and_reports_each(tmp_path, capsys):
