@@ -37,6 +37,15 @@ def go1_args(script, log_dir, **overrides):
     return small_args(script, log_dir, env_id=GO1, env_backend="envpool", **overrides)
 
 
+@pytest.fixture(scope="module")
+def go1_teacher(tmp_path_factory) -> str:
+    """A short Go1 teacher (its actor on [state | privileged_state]) for ppo_teacher_student's
+    runs, trained once: its checkpoint."""
+    teacher, folder = importlib.import_module("ppo_continuous"), tmp_path_factory.mktemp("teacher")
+    teacher.train(go1_args(teacher, folder, privileged_actor=True))
+    return only_checkpoint(folder)
+
+
 def stock_terms(info: dict) -> dict:
     return {key: np.asarray(value, dtype=np.float64) for key, value in info.items()
             if key.startswith("reward_")}  # fmt: skip
@@ -133,7 +142,7 @@ def recording_pools(script, monkeypatch) -> list[dict]:
 
 @pytest.mark.parametrize("name", [name for name in WITH_OPTIONS if name != "appo_vtrace"])
 def test_a_curriculum_run_widens_saves_and_resumes_at_its_range_and_evaluates_the_stock_task(
-    name, tmp_path, monkeypatch
+    name, tmp_path, monkeypatch, request
 ):
     """A real run with --command-curriculum (its threshold 0: it widens at every chance) and
     --robot-reward unclipped: its training pools go 0.75 -> 1.125 -> 1.5 m/s for vx (0.4 -> 0.6
@@ -144,9 +153,7 @@ def test_a_curriculum_run_widens_saves_and_resumes_at_its_range_and_evaluates_th
     allow_toy_env(script, monkeypatch)
     options = dict(command_curriculum=True, robot_reward="unclipped", eval_every=1)
     if name == "ppo_teacher_student":  # a student needs a Go1 teacher: a short one
-        teacher = importlib.import_module("ppo_continuous")
-        teacher.train(go1_args(teacher, tmp_path / "teacher", privileged_actor=True))
-        options.update(teacher=only_checkpoint(tmp_path / "teacher"), history=2)
+        options.update(teacher=request.getfixturevalue("go1_teacher"), history=2)
     monkeypatch.setattr(script, "CURRICULUM", (0.5, 0.25, 0.0))
     made = recording_pools(script, monkeypatch)
     log_dir = tmp_path / "run"
@@ -204,15 +211,13 @@ def test_the_robot_options_on_a_task_without_commands_are_one_line(name):
 
 
 @pytest.mark.parametrize("name", WITH_OPTIONS)
-def test_the_progress_and_evaluation_lines_say_what_the_robot_does(name, tmp_path, capsys):
+def test_the_progress_and_evaluation_lines_say_what_the_robot_does(name, tmp_path, capsys, request):
     """Go1, in every script: the progress line, the final evaluation and --eval-checkpoint give the
     tracking, the falls and the mean length of their episodes, recomputed here from the
     TensorBoard points (the progress line: the last 10 training episodes)."""
     script, options = importlib.import_module(name), {}
     if name == "ppo_teacher_student":  # a student needs a Go1 teacher: a short one
-        teacher = importlib.import_module("ppo_continuous")
-        teacher.train(go1_args(teacher, tmp_path / "teacher", privileged_actor=True))
-        options.update(teacher=only_checkpoint(tmp_path / "teacher"), history=2)
+        options.update(teacher=request.getfixturevalue("go1_teacher"), history=2)
     fields = dict(num_envs=4, num_steps=128, total_timesteps=1024, eval_episodes=2)
     capsys.readouterr()
     script.train(go1_args(script, tmp_path / "run", init_logstd=0.5, **fields, **options))
@@ -336,15 +341,15 @@ def test_evaluation_records_each_env_s_first_episode_even_when_it_ends_twice(nam
 
 
 @pytest.mark.parametrize("name", WITH_OPTIONS)
-def test_a_checkpoint_from_before_the_curriculum_resumes_at_the_task_s_ranges(name, tmp_path):
+def test_a_checkpoint_from_before_the_curriculum_resumes_at_the_task_s_ranges(
+    name, tmp_path, request
+):
     """A checkpoint saved before command_scale existed (the key removed here) resumed with
     --command-curriculum goes on at the task's full ranges (scale 1): its resumed iterations log
     1.0 and its checkpoint saves it."""
     script, options = importlib.import_module(name), {}
     if name == "ppo_teacher_student":  # a student needs a Go1 teacher: a short one
-        teacher = importlib.import_module("ppo_continuous")
-        teacher.train(go1_args(teacher, tmp_path / "teacher", privileged_actor=True))
-        options.update(teacher=only_checkpoint(tmp_path / "teacher"), history=2)
+        options.update(teacher=request.getfixturevalue("go1_teacher"), history=2)
     script.train(go1_args(script, tmp_path / "run", **options))
     checkpoint = only_checkpoint(tmp_path / "run")
     old = torch.load(checkpoint, weights_only=True)
