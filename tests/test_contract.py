@@ -140,6 +140,12 @@ def test_an_exp_name_too_long_for_a_folder_name_is_one_line(name, tmp_path, monk
     longest = dataclasses.replace(args, exp_name="a" * (200 - len("Walker2d-v5__")), seed=2**63 - 1)
     script.check_args(longest)
     assert os.path.isdir(script.new_run_dir(longest))
+    for over in (
+        "a" * (201 - len("Walker2d-v5__")),
+        "é" * 100,
+    ):  # one byte more; bytes, not letters
+        with pytest.raises(SystemExit, match="^error: --exp-name is too long"):
+            script.check_args(dataclasses.replace(args, exp_name=over))
 
 
 def test_files_that_are_not_checkpoints_say_what_is_wrong(script, saved_run, tmp_path):
