@@ -53,6 +53,12 @@ def test_a_checkpoint_of_no_run_goes_on_in_a_new_run_and_stays_as_it_is(script, 
     assert script.load_checkpoint(str(run_dir / "checkpoint.pt"))["global_step"] == 384
     out = capsys.readouterr().out
     assert f"note: {committed} stays as it is: a new run goes on from it (under --log-dir)" in out
+    assert " at step 256; changed: total_timesteps=384\n" in out  # what was typed, no path
+    trained = os.path.dirname(only_checkpoint(tmp_path / "trained"))
+    for own in ("checkpoint.pt", "best.pt"):  # a run's own files (and the run) go on in the run
+        assert script.run_dir_of(os.path.join(trained, own), resume=True) == trained
+    assert script.run_dir_of(trained, resume=True) == trained
+    assert script.run_dir_of(str(committed), resume=True) is None
 
 
 def test_a_resume_goes_on_from_every_value_its_checkpoint_holds(ppo, tmp_path, monkeypatch):
