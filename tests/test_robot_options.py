@@ -402,7 +402,7 @@ def test_ddp_ranks_widen_together_on_their_mean_tracking(
     rank 0's not at all (set here). On their mean (0.5) both ranks keep their ranges below a
     threshold of 0.75 (rank 1 alone would widen), and both widen above one of 0.4; each rank's
     pools start at its own seeds and are remade at the new ranges."""
-    from conftest import flags, torchrun
+    from conftest import torchrun
 
     driver = tmp_path / "curriculum_of_each_rank.py"
     driver.write_text(CURRICULUM_OF_EACH_RANK)
