@@ -94,6 +94,10 @@ class Args:
     teacher: str | None = None  # a ppo_continuous.py or ppo_symaug.py checkpoint on this env
     history: int = 3  # past steps (deployable obs and action) in the student's input
     finetune_timesteps: int = 0  # the last N of --total-timesteps: PPO on the student (0: off)
+    student_obs: Literal["hidden", "full"] = "hidden"  # full: the control, the env's whole obs
+    dagger_rollouts: int = 1  # DAgger's data: the latest N rollouts' labelled states (0: all)
+    student_noise: bool = True  # the student acts with its std (--no-student-noise: its mean)
+    beta_timesteps: int = 0  # DAgger's beta-mixture: the teacher may act in the first N steps
 
     # Extras (0: off)
     bounds_loss_coef: float = 0.0  # penalty on the actor mean leaving the action bounds [-1, 1]
@@ -332,7 +336,7 @@ def start_episodes(envs, global_step: int, args: Args, device, options=None) -> 
 
 @torch.no_grad()
 def collect_rollout(
-    agent, teacher, envs, reward_rms, carry: dict, step: int, writer, args: Args
+    agent, teacher, finetune: bool, envs, reward_rms, carry: dict, step: int, writer, args: Args
 ) -> dict:
     """args.num_steps steps of every env with the frozen policy and normalizer, from global step
     `step` on: a dict of time-major [T, N] tensors. carry holds what runs on across rollouts.
@@ -344,12 +348,14 @@ def collect_rollout(
     terminated, truncated = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
     final_obs = np.zeros((*shape, carry["obs"].shape[-1]), dtype=np.float32)  # where truncated
     for t in range(args.num_steps):
-        actions = agent.act(carry["obs"])  # the student's: its states are the ones it will meet
-        buf["obs"].append(carry["obs"])
-        buf["actions"].append(actions)
         # The label: the teacher's deterministic action, clipped as the env clips it (outside
         # [-1, 1] a mean makes no difference the student could learn).
-        buf["labels"].append(teacher.mean_action(carry["obs"]).clamp(-1.0, 1.0))
+        labels = teacher.mean_action(carry["obs"]).clamp(-1.0, 1.0)
+        # The student acts: its states are the ones it will meet (fine-tuning: PPO's sample).
+        actions = behaviour(agent, labels, carry["obs"], finetune, step + t * args.num_envs, args)
+        buf["obs"].append(carry["obs"])
+        buf["actions"].append(actions)
+        buf["labels"].append(labels)
         env_action = scale_action(actions.cpu().numpy(), envs.single_action_space)
         next_obs, rewards[t], terminated[t], truncated[t], info = envs.step(env_action)
         carry["obs"] = to_tensor(next_obs, device)
@@ -430,6 +436,22 @@ def ppo_update(agent, optimizers, loss_fn, batch: dict, lr_scale: float, args: A
     return metrics, lr_scale
 
 
+def behaviour(agent, labels, obs, finetune: bool, step: int, args: Args) -> torch.Tensor:
+    """Who acts in a rollout. DAgger: the student, sampled with its std (at first the teacher's
+    final one) or, --no-student-noise, its mean; in the first --beta-timesteps steps the teacher's
+    label instead, in each env with a chance falling linearly from 1 to 0 (DAgger's beta-mixture:
+    the early rollouts visit the teacher's states, not an untrained student's falls)."""
+    if finetune or args.student_noise:
+        actions = agent.act(obs)
+    else:
+        actions = agent.mean_action(obs)
+    beta = 1.0 - step / args.beta_timesteps if args.beta_timesteps and not finetune else 0.0
+    if beta > 0:
+        teacher_acts = torch.rand(obs.shape[0], 1, device=obs.device) < beta
+        actions = torch.where(teacher_acts, labels, actions)
+    return actions
+
+
 def distill_loss(agent: Agent, obs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """DAgger's regression: the mean squared error between the student's mean action and the
     teacher's, over the batch and the action dimensions (as rsl_rl's Distillation)."""
@@ -437,15 +459,14 @@ def distill_loss(agent: Agent, obs: torch.Tensor, labels: torch.Tensor) -> torch
 
 
 def distill_update(agent: Agent, optimizers, batch: dict, args: Args) -> dict:
-    """args.update_epochs passes of minibatch steps of distill_loss over the rollout just
-    collected, the normalizer frozen. DAgger proper trains on all the data so far; on the latest
-    rollout only, like rsl_rl, the memory stays bounded and the labels are of the current student's
-    states. Only the actor's mean learns (set_stage froze the rest)."""
-    batch_size = batch["obs"].shape[0]
+    """args.update_epochs passes of minibatch steps of distill_loss, each pass a rollout's worth
+    of labelled states drawn from `batch` (dagger_data's), the normalizer frozen: more kept data,
+    not more steps. Only the actor's mean learns (set_stage froze the rest)."""
+    batch_size = min(args.num_envs * args.num_steps, batch["obs"].shape[0])  # a rollout's worth
     minibatch_size = batch_size // args.num_minibatches
     losses, norms = [], []
     for _ in range(args.update_epochs):
-        perm = torch.randperm(batch_size, device=batch["obs"].device)
+        perm = torch.randperm(batch["obs"].shape[0], device=batch["obs"].device)[:batch_size]
         for start in range(0, batch_size, minibatch_size):
             idx = perm[start : start + minibatch_size]
             loss = distill_loss(agent, batch["obs"][idx], batch["labels"][idx])
@@ -459,6 +480,23 @@ def distill_update(agent: Agent, optimizers, batch: dict, args: Args) -> dict:
             losses.append(loss.detach())
     return {"losses/distill_loss": torch.stack(losses).mean().item(),
             "losses/actor_grad_norm": torch.stack(norms).mean().item()}  # fmt: skip
+
+
+def dagger_data(progress: dict, batch: dict, args: Args) -> dict:
+    """The labelled states the regression draws from: this rollout's and those of the
+    --dagger-rollouts - 1 rollouts before it (0: all so far). DAgger proper aggregates them all;
+    rsl_rl, and the default, keep the latest only: bounded memory, labels of the current student's
+    states. Kept in progress, so a checkpoint holds them and a resume goes on with them."""
+    new = {key: batch[key] for key in ("obs", "labels")}
+    kept = progress.get("dagger", {key: value[:0] for key, value in new.items()})
+    data = {key: torch.cat((kept[key].to(value.device), value)) for key, value in new.items()}
+    if args.dagger_rollouts:  # the latest N rollouts' states only
+        keep = args.dagger_rollouts * len(batch["obs"])
+        data = {key: value[-keep:] for key, value in data.items()}
+    progress.pop("dagger", None)  # the default keeps nothing
+    if args.dagger_rollouts != 1:
+        progress["dagger"] = data
+    return data
 
 
 def make_optimizers(agent: Agent, args: Args) -> list[torch.optim.Optimizer]:
@@ -505,8 +543,9 @@ def train(args: Args) -> dict[str, float]:
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if args.cuda else "cpu")
     envs = make_student_envs(
-        args.env_id, args.num_envs, args.env_backend, args.history, **train_options(args)
-    )
+        args.env_id, args.num_envs, args.env_backend, args.history, args.student_obs,
+        **train_options(args),
+    )  # fmt: skip
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     act_dim = int(np.prod(envs.single_action_space.shape))
     # The student: the teacher's factory (Agent), on its own columns, with its own normalizer.
@@ -537,8 +576,8 @@ def train(args: Args) -> dict[str, float]:
             set_learning_rate(optimizers, progress["lr_scale"])
             finetune = set_stage(agent, teacher, progress["global_step"], plan["batch_size"], args)
             rollout = collect_rollout(
-                agent, teacher, envs, reward_rms, carry, progress["global_step"], run["writer"],
-                args,
+                agent, teacher, finetune, envs, reward_rms, carry, progress["global_step"],
+                run["writer"], args,
             )  # fmt: skip
             rollout["advantages"], rollout["returns"] = compute_gae(
                 rollout["rewards"], rollout["values"], rollout["next_values"],
@@ -550,7 +589,8 @@ def train(args: Args) -> dict[str, float]:
                     agent, optimizers, loss_fn, batch, progress["lr_scale"], args
                 )
             else:  # DAgger: the student's mean regresses on the teacher's labels
-                metrics = distill_update(agent, optimizers, batch, args)
+                data = dagger_data(progress, batch, args)  # this rollout's, and kept ones
+                metrics = distill_update(agent, optimizers, data, args)
             # How far the acting student was from the teacher, on the states it visited.
             metrics["distill/action_mse"] = ((batch["means"] - batch["labels"]) ** 2).mean().item()
             metrics["eval/teacher_return"] = teacher_return  # beside eval/*_return, the student's
@@ -584,12 +624,16 @@ POSITIONS = {"Hopper-v5": 5, "Walker2d-v5": 8, "HalfCheetah-v5": 8, "Swimmer-v5"
 POSITIONS.update({"InvertedPendulum-v5": 2})
 
 
-def make_student_envs(env_id: str, num_envs: int, backend: str, history: int, **kwargs):
+def make_student_envs(
+    env_id: str, num_envs: int, backend: str, history: int, student_obs="hidden", **kwargs
+):
     """make_envs's envs, each observation made the student's and the teacher's side by side
-    (HistoryVectorEnv): [deployable obs | its history | the env's whole obs]."""
+    (HistoryVectorEnv): [deployable obs | its history | the env's whole obs]. student_obs "full":
+    the deployable obs is the env's whole obs (the control: nothing hidden)."""
     envs = make_envs(env_id, num_envs, backend, **kwargs)
     raw_dim = envs.single_observation_space.shape[0]
     deployable = POSITIONS.get(env_id, getattr(envs, "actor_dim", raw_dim))
+    deployable = raw_dim if student_obs == "full" else deployable
     return HistoryVectorEnv(envs, deployable, history)
 
 
@@ -653,11 +697,13 @@ class HistoryVectorEnv:
 def check_distillation(args: Args, ckpt: dict | None) -> dict:
     """The distillation's flags in one line each; returns the teacher's checkpoint, loaded as data
     (tensors and plain values only) by the harness's own loader."""
-    for name in ("history", "finetune_timesteps"):
+    for name in ("history", "finetune_timesteps", "dagger_rollouts", "beta_timesteps"):
         if getattr(args, name) < 0:
             fail(f"{flag(name)} must be >= 0, got {getattr(args, name)}")
-    if ckpt is not None and ckpt["args"]["history"] != args.history:
-        fail(f"--history cannot change on resume (saved: {ckpt['args']['history']})")
+    for name in ("history", "student_obs"):  # the student's input
+        saved = ckpt["args"].get(name, "hidden") if ckpt is not None else getattr(args, name)
+        if saved != getattr(args, name):
+            fail(f"{flag(name)} cannot change on resume (saved: {saved})")
     if args.teacher is None:
         fail(f"--teacher is required: a checkpoint of {' or '.join(TEACHER_SCRIPTS)} on "
              f"{args.env_id} (README: train the teacher first)")  # fmt: skip
@@ -1395,6 +1441,8 @@ def resume_run(ckpt: dict, args: Args, agent, optimizers, reward_rms) -> dict:
         print(f"note: --log-dir is ignored on resume: the run goes on in {run_dir_of(args.resume)}")
     keys = ("global_step", "iteration", "lr_scale", "best_eval", "command_scale")
     progress = {key: ckpt.get(key, 1.0) for key in keys}  # command_scale: 1.0 in older ones
+    if "dagger" in ckpt:  # DAgger's kept rollouts (--dagger-rollouts)
+        progress["dagger"] = ckpt["dagger"]
     if not args.anneal_lr and args.desired_kl is None:  # a constant rate: the one typed now
         progress["lr_scale"] = 1.0
     return progress
@@ -1457,8 +1505,9 @@ def evaluate(agent: Agent, args: Args, videos: str | None, name: str, stop: dict
         n, film = min(16, args.eval_episodes - first), bool(video) and first == 0
         render = render_kwargs(args.env_id, args.env_backend) if film else {}
         envs = make_student_envs(
-            args.env_id, n, args.env_backend, args.history, **render, **eval_options(args)
-        )
+            args.env_id, n, args.env_backend, args.history, args.student_obs, **render,
+            **eval_options(args),
+        )  # fmt: skip
         obs, _ = envs.reset(seed=seed + first)
         frames += [envs.envs[0].render()] if film else []
         wave, finished = [None] * n, np.zeros(n, dtype=bool)
@@ -1494,7 +1543,8 @@ def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt), ckpt.get("actor_dim"))
     agent.load_state_dict(ckpt["agent"])
     videos = os.path.join(args.video_dir, os.path.basename(run_dir_of(args.eval_checkpoint)))
-    args = dataclasses.replace(args, env_id=ckpt["env_id"], history=ckpt["args"]["history"])
+    student = {"history": ckpt["args"]["history"], "student_obs": ckpt["args"].get("student_obs")}
+    args = dataclasses.replace(args, env_id=ckpt["env_id"], **student)  # None: hidden (older)
     say(f"evaluating {args.eval_checkpoint} (step {ckpt['global_step']}) on {args.env_id}: "
         f"{args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}")  # fmt: skip
     name = f"eval_checkpoint_step{ckpt['global_step']}_{int(time.time())}"  # a re-film: new file

@@ -123,8 +123,9 @@ def make(script, ckpt: dict, num_envs: int):
     """The stock task's envs, as the script's evaluation makes them (a student's: its history)."""
     if hasattr(script, "make_student_envs"):  # a student: its observation and history
         return script.make_student_envs(
-            ckpt["env_id"], num_envs, "envpool", ckpt["args"]["history"]
-        )
+            ckpt["env_id"], num_envs, "envpool", ckpt["args"]["history"],
+            ckpt["args"].get("student_obs"),
+        )  # fmt: skip
     return script.make_envs(ckpt["env_id"], num_envs, "envpool")
 
 

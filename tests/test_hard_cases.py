@@ -3,6 +3,7 @@ read-only run to resume, a closed pipe, and the messages that confused a newcome
 the case for real, and each failed on the code before it was handled."""
 
 import dataclasses
+import functools
 import importlib
 import os
 import subprocess
@@ -223,17 +224,21 @@ def test_the_sps_and_eta_count_from_the_end_of_the_first_iteration(monkeypatch, 
     first calls (--compile's compile, appo's actors starting); from the second on, the rate is
     that of the iterations after the first: 1000 steps in its 1 s, not 2000 in 101 s."""
     ppo = importlib.import_module("ppo_continuous")
-    clock = iter([1100.0, 1101.0])  # the ends of iterations 1 and 2
-    monkeypatch.setattr(ppo.time, "time", lambda: next(clock))
     optimizers = [torch.optim.Adam([torch.zeros(1, requires_grad=True)])]
-    run = {"start_step": 0, "start_time": 1000.0, "eval_seconds": 0.0, "end_step": 3000}
-    run.update(first_iteration=1, last_iteration=3, writer=RecordingWriter())
-    sps = []
-    for iteration in (1, 2):
-        progress = {"global_step": 1000 * iteration, "iteration": iteration, "command_scale": 1.0}
-        sps.append(ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)["charts/SPS"])
-    assert sps == [10, 1000]
-    assert capsys.readouterr().out.splitlines()[1].endswith("| SPS 1000 | ETA 0d 00:00:01")
+    for first in (1, 5):  # a new run, and a resumed one (its first iteration is the 5th)
+        clock = iter([1100.0, 1101.0])  # the ends of its first two iterations
+        monkeypatch.setattr(ppo.time, "time", functools.partial(next, clock))
+        start = 1000 * (first - 1)
+        run = {"start_step": start, "start_time": 1000.0, "eval_seconds": 0.0}
+        run.update(end_step=start + 3000, first_iteration=first, last_iteration=first + 2)
+        run["writer"], sps = RecordingWriter(), []
+        for iteration in (first, first + 1):
+            step = start + 1000 * (iteration - first + 1)
+            progress = {"global_step": step, "iteration": iteration, "command_scale": 1.0}
+            logged = ppo.log_iteration(run, {}, optimizers, {"episodes": []}, progress)
+            sps.append(logged["charts/SPS"])
+        assert sps == [10, 1000], first
+        assert capsys.readouterr().out.splitlines()[1].endswith("| SPS 1000 | ETA 0d 00:00:01")
 
 
 @pytest.mark.parametrize("name", PPO_FAMILY)

@@ -384,8 +384,8 @@ def test_every_script_films_and_evaluates_the_robot_under_a_chosen_command(
 
 
 def test_periodic_and_checkpoint_evaluations_run_the_chosen_command_too(go1_run, monkeypatch):
-    """--eval-every's evaluation and --eval-checkpoint's (the flag as typed: negative numbers)
-    make their pools with the command, which every observation they give carries."""
+    """--eval-every's evaluation and --eval-checkpoint's (the flag as typed: negative numbers; 17
+    episodes, two waves) make their pools with the command, which every observation carries."""
     script, _, checkpoint = go1_run
     made, reset = [], script.EnvPoolVectorEnv.reset
 
@@ -395,17 +395,21 @@ def test_periodic_and_checkpoint_evaluations_run_the_chosen_command_too(go1_run,
         return obs, info
 
     monkeypatch.setattr(script.EnvPoolVectorEnv, "reset", recorded_reset)
+    eval_options = script.eval_options  # episodes of 8 steps: two waves of them in a few seconds
+    monkeypatch.setattr(
+        script, "eval_options", lambda a: {**eval_options(a), "max_episode_steps": 8}
+    )
     saved = script.saved_args(script.load_checkpoint(checkpoint))
     run_dir = os.path.dirname(checkpoint)
     args = dataclasses.replace(saved, log_dir=run_dir + "-periodic", eval_every=1)
     script.train(dataclasses.replace(args, total_timesteps=128, eval_command=COMMAND))
-    typed = ["--eval-checkpoint", checkpoint, "--eval-episodes", "2", "--eval-command"]
+    typed = ["--eval-checkpoint", checkpoint, "--eval-episodes", "17", "--eval-command"]
     script.train(script.parse_args([*typed, *map(str, COMMAND)]))
     evaluations = [slots for evaluation, slots in made if evaluation]
-    assert len(evaluations) == 3  # --eval-every's, the final one, --eval-checkpoint's
+    assert len(evaluations) == 4  # --eval-every's, the final one, --eval-checkpoint's 2 waves
     for slots in evaluations:
         np.testing.assert_array_equal(slots, [COMMAND * 2] * len(slots))
-    assert [len(slots) for slots in evaluations] == [1, 1, 2]
+    assert [len(slots) for slots in evaluations] == [1, 1, 16, 1]
 
 
 @pytest.mark.parametrize("name", [*ALL_SCRIPTS, "ppo_teacher_student"])

@@ -57,7 +57,7 @@ def hopper_args(teacher: str, log_dir, **overrides):
 def student_and_teacher(teacher_path: str, env_id: str, history: int, **overrides):
     """The envs, the student and the frozen teacher as train() makes them."""
     args = ts.Args(env_id=env_id, teacher=teacher_path, history=history, num_envs=2, **overrides)
-    envs = ts.make_student_envs(env_id, args.num_envs, "gymnasium", history)
+    envs = ts.make_student_envs(env_id, args.num_envs, "gymnasium", history, args.student_obs)
     obs_dim = envs.single_observation_space.shape[0]
     act_dim = envs.single_action_space.shape[0]
     student = ts.Agent(obs_dim, act_dim, args, envs.actor_dim)
@@ -100,7 +100,7 @@ def test_a_teacher_of_another_env_or_script_is_one_line(hopper_teacher, toy_teac
         ts.train(args)
     with pytest.raises(SystemExit, match="^error: --teacher is required"):
         ts.train(hopper_args(None, tmp_path))
-    for name in ("history", "finetune_timesteps"):
+    for name in ("history", "finetune_timesteps", "dagger_rollouts", "beta_timesteps"):
         with pytest.raises(SystemExit, match=f"^error: --{name.replace('_', '-')} must be >= 0"):
             ts.train(hopper_args(hopper_teacher, tmp_path, **{name: -1}))
     ts.train(hopper_args(hopper_teacher, tmp_path / "student"))
@@ -133,7 +133,7 @@ def test_dagger_acts_with_the_student_and_the_teacher_labels(toy_teacher):
     toy_envs.CountsSteps.log.clear()
     carry = ts.start_episodes(envs, 0, args, torch.device("cpu"))
     rollout = ts.collect_rollout(
-        student, teacher, envs, ts.RunningMeanStd(), carry, 0, RecordingWriter(), args
+        student, teacher, False, envs, ts.RunningMeanStd(), carry, 0, RecordingWriter(), args
     )
     envs.close()
     # The env got the student's actions (the envs step in turn: env 0, env 1 at every t).
@@ -183,6 +183,101 @@ def test_distillation_trains_the_actor_s_mean_only(hopper_teacher):
     envs.close()
 
 
+def test_who_acts_the_student_sampled_or_its_mean_and_the_beta_mixture(hopper_teacher):
+    torch.manual_seed(0)
+    args, envs, student, teacher = student_and_teacher(hopper_teacher, "Hopper-v5", 2)
+    envs.close()
+    obs = torch.randn(4000, student.obs_rms.mean.shape[0])
+    labels = torch.rand(4000, 3) * 2 - 1
+    with torch.no_grad():
+        mean = student.mean_action(obs)
+        # The default: the student's sample, with its own std.
+        noise = ts.behaviour(student, labels, obs, False, 0, args) - mean
+        assert noise.std().item() == pytest.approx(student.actor_logstd.exp().mean().item(), 0.05)
+        quiet = dataclasses.replace(args, student_noise=False)
+        assert torch.equal(ts.behaviour(student, labels, obs, False, 0, quiet), mean)
+        # The beta-mixture: whole actions of the teacher, in a share falling from 1 to 0.
+        mixed = dataclasses.replace(quiet, beta_timesteps=1000)
+        for step, share in ((0, 1.0), (250, 0.75), (500, 0.5), (1000, 0.0), (5000, 0.0)):
+            acted = ts.behaviour(student, labels, obs, False, step, mixed)
+            teachers = (acted == labels).all(-1)
+            assert torch.equal(teachers | (acted == mean).all(-1), torch.ones(4000, dtype=bool))
+            assert teachers.float().mean().item() == pytest.approx(share, abs=0.03), step
+        # Fine-tuning is PPO: the student's sample whatever the distillation's flags.
+        finetuning = ts.behaviour(student, labels, obs, True, 0, mixed) - mean
+        assert finetuning.std().item() == pytest.approx(noise.std().item(), 0.05)
+
+
+def test_the_beta_mixture_counts_the_rollout_s_global_steps(toy_teacher):
+    """2 envs x 10 steps of CountsSteps: the teacher acts in every env at step 0 and never from
+    --beta-timesteps on, in the rollout that starts there."""
+    torch.manual_seed(0)
+    args, envs, student, teacher = student_and_teacher(
+        toy_teacher, TOY_ENV, 2, num_steps=10, beta_timesteps=20, student_noise=False
+    )
+    with torch.no_grad():
+        student.actor_mean[-1].bias.fill_(-0.3)
+        teacher.agent.actor_mean[-1].bias.fill_(0.6)  # far from the student's
+    carry = ts.start_episodes(envs, 0, args, torch.device("cpu"))
+    sent = []
+    for step in (0, 20):
+        toy_envs.CountsSteps.log.clear()
+        rollout = ts.collect_rollout(
+            student, teacher, False, envs, ts.RunningMeanStd(), carry, step, RecordingWriter(),
+            args,
+        )  # fmt: skip
+        actions = torch.tensor(np.array([action for _, action in toy_envs.CountsSteps.log]))
+        sent.append((actions, rollout["labels"].flatten(0, 1)))
+    envs.close()
+    (first, first_labels), (second, second_labels) = sent
+    assert torch.allclose(first[:2], first_labels[:2], atol=1e-6)  # step 0: beta 1
+    assert not torch.isclose(second, second_labels, atol=0.1).any()  # from step 20: the student
+
+
+def test_dagger_keeps_the_latest_rollouts_in_order_with_their_labels():
+    def rollout(i):
+        return {"obs": torch.full((6, 4), float(i)), "labels": torch.full((6, 2), -float(i))}
+
+    for kept, expected in ((2, [2, 2, 3, 3]), (0, [1, 1, 2, 2, 3, 3]), (1, [3, 3])):
+        args, progress = ts.Args(dagger_rollouts=kept), {}
+        for i in (1, 2, 3):
+            data = ts.dagger_data(progress, rollout(i), args)
+        rows = torch.tensor(expected, dtype=torch.float32).repeat_interleave(3)
+        assert torch.equal(data["obs"][:, 0], rows), kept
+        assert torch.equal(data["labels"], -data["obs"][:, :2]), kept
+        assert ("dagger" in progress) == (kept != 1), kept  # what a checkpoint holds
+    # A resumed run's kept rollouts are its start; the default keeps nothing, a resumed one's too.
+    resumed = {"dagger": rollout(5)}
+    data = ts.dagger_data(resumed, rollout(6), ts.Args(dagger_rollouts=3))
+    assert torch.equal(data["obs"][:, 0], torch.tensor([5.0] * 6 + [6.0] * 6))
+    assert ts.dagger_data(resumed, rollout(7), ts.Args())["obs"].shape[0] == 6
+    assert "dagger" not in resumed
+
+
+def test_distillation_draws_a_rollout_s_worth_from_all_the_kept_states(hopper_teacher, monkeypatch):
+    torch.manual_seed(0)
+    args, envs, student, teacher = student_and_teacher(hopper_teacher, "Hopper-v5", 2)
+    envs.close()
+    args = dataclasses.replace(args, num_steps=8, num_minibatches=2, update_epochs=3)
+    data = {"obs": torch.randn(48, student.obs_rms.mean.shape[0]), "labels": torch.rand(48, 3)}
+    data["obs"][:, 0] = torch.arange(48.0)  # the row's index
+    drawn, distill_loss = [], ts.distill_loss
+
+    def recording_loss(agent, obs, labels):
+        drawn.append(obs[:, 0].long())
+        assert torch.equal(labels, data["labels"][obs[:, 0].long()])  # each state its label
+        return distill_loss(agent, obs, labels)
+
+    monkeypatch.setattr(ts, "distill_loss", recording_loss)
+    ts.distill_update(student, ts.make_optimizers(student, args), data, args)
+    # 3 epochs of 2 minibatches of 8: a rollout's 16 states each epoch, all distinct, drawn from
+    # the 48 kept (the older rollouts' too).
+    assert [len(rows) for rows in drawn] == [8] * 6
+    for epoch in range(3):
+        assert len(set(torch.cat(drawn[2 * epoch : 2 * epoch + 2]).tolist())) == 16
+    assert min(torch.cat(drawn).tolist()) < 32
+
+
 # ---------------------------------------------------------------------------------------------
 # The history
 # ---------------------------------------------------------------------------------------------
@@ -225,7 +320,7 @@ def test_history_on_a_real_run_through_terminations(hopper_teacher):
     args = ts.Args(**{**vars(args), "num_steps": 150})
     carry = ts.start_episodes(envs, 0, args, torch.device("cpu"))
     rollout = ts.collect_rollout(
-        student, teacher, envs, ts.RunningMeanStd(), carry, 0, RecordingWriter(), args
+        student, teacher, False, envs, ts.RunningMeanStd(), carry, 0, RecordingWriter(), args
     )
     envs.close()
     assert rollout["terminated"].any()
@@ -409,6 +504,73 @@ def test_a_resume_goes_on_distilling(hopper_teacher, tmp_path):
     assert ts.load_checkpoint(only_checkpoint(tmp_path / "runs"))["global_step"] == 512
 
 
+def test_the_control_student_reads_the_teacher_s_whole_obs(hopper_teacher, tmp_path):
+    """--student-obs full --history 0: nothing hidden, the student's input is the teacher's. The
+    run, --eval-checkpoint and the export all read its saved --student-obs; a resume keeps it."""
+    args = hopper_args(hopper_teacher, tmp_path, student_obs="full", history=0)
+    metrics = ts.train(args)
+    path = only_checkpoint(tmp_path)
+    ckpt = ts.load_checkpoint(path)
+    assert ckpt["actor_dim"] == 11 and ckpt["obs_dim"] == 11 + 11
+    obs = ts.make_student_envs("Hopper-v5", 2, "gymnasium", 0, "full").reset(0)[0]
+    assert np.array_equal(obs[:, :11], obs[:, 11:])
+    with_history = ts.make_student_envs("Hopper-v5", 1, "gymnasium", 2, "full")
+    assert with_history.actor_dim == 11 + 2 * (11 + 3)
+    checked = ts.train(ts.Args(eval_checkpoint=path, eval_episodes=1, history=3))
+    assert checked["eval/episodic_return"] == pytest.approx(metrics["eval/episodic_return"])
+    module, _, policy = export_onnx.load_policy(path)
+    output = str(tmp_path / "control.onnx")
+    export_onnx.export(policy, ckpt, output)
+    returns = export_onnx.check(module, output, "Hopper-v5", 1, 1, "gymnasium", ckpt["args"])
+    assert np.mean(returns) == pytest.approx(metrics["eval/episodic_return"], rel=1e-3)
+    with pytest.raises(SystemExit, match=r"^error: --student-obs cannot change on resume \(saved"):
+        ts.train(dataclasses.replace(args, resume=path, total_timesteps=384, student_obs="hidden"))
+
+
+def test_a_resume_goes_on_with_the_kept_dagger_rollouts(hopper_teacher, tmp_path):
+    args = hopper_args(hopper_teacher, tmp_path, dagger_rollouts=3)
+    ts.train(args)
+    path = only_checkpoint(tmp_path)
+    first = torch.load(path, weights_only=True)["dagger"]
+    assert first["obs"].shape[0] == first["labels"].shape[0] == 2 * 128  # 2 rollouts of 128
+    ts.train(dataclasses.replace(args, resume=path, total_timesteps=512))
+    then = torch.load(path, weights_only=True)["dagger"]
+    assert then["obs"].shape[0] == 3 * 128
+    assert torch.equal(then["obs"][:128], first["obs"][128:])  # the oldest kept one went on
+    assert torch.equal(then["labels"][:128], first["labels"][128:])
+
+
+def test_a_student_saved_before_student_obs_is_a_hidden_one_everywhere(
+    hopper_teacher, tmp_path, capsys
+):
+    metrics = ts.train(hopper_args(hopper_teacher, tmp_path / "run"))
+    ckpt = torch.load(only_checkpoint(tmp_path / "run"), weights_only=True)
+    for name in ("student_obs", "dagger_rollouts", "student_noise", "beta_timesteps"):
+        del ckpt["args"][name]  # an older version's student
+    older = str(tmp_path / "older.pt")
+    torch.save(ckpt, older)
+    checked = ts.train(ts.Args(eval_checkpoint=older, eval_episodes=1))
+    assert checked["eval/episodic_return"] == pytest.approx(metrics["eval/episodic_return"])
+    export_onnx.main(export_onnx.Args(checkpoint=older, check=1))
+    expected = f"onnxruntime deterministic return {metrics['eval/episodic_return']:.1f}"
+    assert expected in capsys.readouterr().out
+    typed = ["--resume", older, "--total-timesteps", "384", "--log-dir", str(tmp_path / "runs")]
+    assert ts.train(ts.parse_args(typed))["global_step"] == 384
+
+
+def test_robots_py_makes_a_control_student_s_envs_with_the_whole_obs():
+    pytest.importorskip("envpool")
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import robots
+
+    for student_obs, width in (("full", 48 + 123), ("hidden", 48)):
+        ckpt = {"env_id": "Go1JoystickFlatTerrain-v1", "args": {"history": 0}}
+        ckpt["args"]["student_obs"] = student_obs
+        envs = robots.make(ts, ckpt, 1)
+        assert envs.actor_dim == width, student_obs
+        envs.close()
+
+
 def test_go1_student_reads_state_and_history(tmp_path):
     """EnvPool's Go1: the teacher, an ordinary ppo_continuous.py checkpoint, acts on `state` (48);
     the student reads `state` and its history; the critic reads [state | privileged_state]."""
@@ -461,13 +623,28 @@ def test_the_benchmark_appends_a_row_of_real_runs(hopper_teacher, tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import distill
 
-    output = tmp_path / "distill.csv"
+    output = tmp_path / "distill.csv"  # an older one, of fewer columns
+    old = "env_id,seed,teacher_eval_return,student_eval_return,action_mse,distill_steps,"
+    output.write_text(old + "scratch_eval_return,scratch_steps\nHopper-v5,1,2.0,1.0,0.1,9,3.0,19\n")
     args = distill.Args(teachers=(hopper_teacher,), seeds=(2,), distill_steps=2048, eval_every=0)
-    distill.main(dataclasses.replace(args, eval_episodes=1, log_dir=str(tmp_path / "runs"),
-                                     output=str(output)))  # fmt: skip
+    args = dataclasses.replace(args, eval_episodes=1, log_dir=str(tmp_path / "runs"),
+                               output=str(output))  # fmt: skip
+    with pytest.raises(SystemExit):  # a misspelled flag of the candidate, before any run
+        distill.main(dataclasses.replace(args, variant="--dagger-rolouts 2"))
+    assert not (tmp_path / "runs").exists()
+    variant = "--student-obs full --history 1 --dagger-rollouts 2"
+    distill.main(dataclasses.replace(args, variant=variant))
     with open(output) as file:
-        (row,) = list(csv.DictReader(file))
+        earlier, row = list(csv.DictReader(file))
     assert list(row) == distill.COLUMNS
+    kept = ["Hopper-v5", "1", "2.0", "1.0", "0.1", "9", "3.0", "19", "", ""]  # new columns empty
+    assert earlier == dict(zip(distill.COLUMNS, kept))
+    assert (row["student_obs"], row["variant"]) == ("full", variant)
+    with open(tmp_path / "distill_curves.csv") as file:  # the curves and the plot: the variant's
+        curves = list(csv.DictReader(file))
+    assert curves and {point["variant"] for point in curves} == {row["variant"]}
+    plot = "distill-Hopper-v5-student-obs-full-history-1-dagger-rollouts-2.png"
+    assert os.listdir(tmp_path / "plots") == [plot]
     assert row["env_id"] == "Hopper-v5" and row["seed"] == "2" and row["distill_steps"] == "2048"
     # The teacher's 256 steps and the student's 2048, in the teacher's batches of 2 envs x 64 steps.
     assert int(row["scratch_steps"]) == 256 + 2048
@@ -479,9 +656,49 @@ def test_the_benchmark_appends_a_row_of_real_runs(hopper_teacher, tmp_path):
         teacher["eval/episodic_return"], abs=0.006
     )
     assert row["teacher_eval_return"] != row["student_eval_return"]
+    (student,) = (tmp_path / "runs").glob("*/student/*/checkpoint.pt")
+    assert torch.load(student, weights_only=True)["args"]["dagger_rollouts"] == 2
     (scratch,) = (tmp_path / "runs").glob("*/scratch/*/checkpoint.pt")
     ckpt = torch.load(scratch, weights_only=True)
-    assert ckpt["actor_dim"] == 5 + 3 * (5 + 3)  # the student's observation and history
+    assert ckpt["actor_dim"] == 11 + 1 * (11 + 3)  # the student's observation and history
+
+
+def test_compare_walks_the_evaluation_s_episodes_and_the_action_error_along_them(
+    hopper_teacher, tmp_path, capsys
+):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import distill
+
+    metrics = ts.train(hopper_args(hopper_teacher, tmp_path))
+    path = only_checkpoint(tmp_path)
+    rows = distill.compare(path, 1)
+    # The student's and the teacher's runs are the evaluation's own episodes.
+    assert rows["student"]["return"] == pytest.approx(metrics["eval/episodic_return"])
+    assert rows["teacher"]["return"] == pytest.approx(metrics["eval/teacher_return"])
+    ckpt = ts.load_checkpoint(path)
+    args = ts.saved_args(ckpt)
+    student = ts.Agent(ckpt["obs_dim"], ckpt["act_dim"], args, ckpt["actor_dim"])
+    student.load_state_dict(ckpt["agent"])
+    teacher = ts.Teacher(ts.load_checkpoint(hopper_teacher, ts.TEACHER_SCRIPTS), student, args)
+    (episode,) = ts.evaluate(student, args, None, "x")[0]
+    assert rows["student"]["length"] == episode["length"]
+    assert rows["student"]["falls"] == int(episode["fell"])
+    assert rows["student"]["per_step"] == pytest.approx(episode["return"] / episode["length"])
+    # The error: the two policies' clipped actions on the state the student visits.
+    (walked,) = distill.walk(student, teacher, args, 1)
+    obs = ts.to_tensor(ts.make_student_envs("Hopper-v5", 1, "gymnasium", 2).reset(
+        seed=args.seed + ts.EVAL_SEED_OFFSET)[0], "cpu")  # fmt: skip
+    with torch.no_grad():
+        actions = student.mean_action(obs), teacher.mean_action(obs)
+    first = (actions[0].clamp(-1, 1) - actions[1].clamp(-1, 1)) ** 2
+    assert walked["errors"][0] == pytest.approx(first.mean().item(), rel=1e-5)
+    assert max(distill.walk(student, student, args, 1)[0]["errors"]) == 0.0
+    length = len(walked["errors"])
+    tenth = [e for t, e in enumerate(walked["errors"]) if 10 * t < length]
+    assert rows["student"]["error_by_tenth"][0] == pytest.approx(np.mean(tenth))
+    assert "student: " in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="^error: give --teachers"):
+        distill.main(distill.Args())
 
 
 def test_the_benchmark_trains_a_robot_s_student_and_scratch_run_with_its_teacher_s_recipe(tmp_path):

@@ -136,24 +136,26 @@ def export(policy: DeployedPolicy, ckpt: dict, output: str):
         fail(f"{(e.strerror or str(e)).lower()} while writing {output}")
 
 
-def check(module, output, env_id: str, episodes: int, seed: int, backend: str, history=None):
+def check(module, output, env_id: str, episodes: int, seed: int, backend: str, student=None):
     """The scripts' evaluate, with onnxruntime in place of torch: the same seeds, episode i on
-    seed + EVAL_SEED_OFFSET + i, in the same waves of up to 16 envs (history: a student's, kept by
-    the envs of its training). The actions equal evaluation's to float rounding, not bit for bit:
-    onnxruntime sums the actor's products in another order than torch (on a Go1 actor of 256 x 128
-    units, up to 4e-7 apart; its float32 scaling to the bounds changes nothing there). Hopper's
-    episodes end alike; a trained legged robot's amplify any such difference into other falls,
-    so there the mean return agrees with --eval-checkpoint's within the noise of its episodes
-    (a Go1 policy, 10 episodes: 23.3 here, 27.1 there, and 25.6 with torch's own actions moved by
-    up to 1e-7)."""
+    seed + EVAL_SEED_OFFSET + i, in the same waves of up to 16 envs (student: a student's saved
+    args, its history kept by the envs of its training). The actions equal evaluation's to float
+    rounding, not bit for bit: onnxruntime sums the actor's products in another order than torch
+    (on a Go1 actor of 256 x 128 units, up to 4e-7 apart; its float32 scaling to the bounds
+    changes nothing there). Hopper's episodes end alike; a trained legged robot's amplify any such
+    difference into other falls, so there the mean return agrees with --eval-checkpoint's within
+    the noise of its episodes (a Go1 policy, 10 episodes: 23.3 here, 27.1 there, and 25.6 with
+    torch's own actions moved by up to 1e-7)."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(output, providers=["CPUExecutionProvider"])
     seed, returns = seed + module.EVAL_SEED_OFFSET, []
     for first in range(0, episodes, 16):
         n = min(16, episodes - first)
-        if history is not None:  # ppo_teacher_student's student
-            envs = module.make_student_envs(env_id, n, backend, history)
+        if student is not None:  # ppo_teacher_student's student: its saved args
+            envs = module.make_student_envs(
+                env_id, n, backend, student["history"], student.get("student_obs")
+            )
         else:
             envs = module.make_envs(env_id, n, backend)
         obs, _ = envs.reset(seed=seed + first)
@@ -189,8 +191,8 @@ def main(args: Args):
     print(f"wrote {output} ({ckpt['script']}, {ckpt['env_id']}, step {ckpt['global_step']})")
     if args.check:
         backend = args.env_backend or ckpt["args"].get("env_backend", "gymnasium")
-        history = ckpt["args"].get("history")
-        returns = check(module, output, ckpt["env_id"], args.check, args.seed, backend, history)
+        student = ckpt["args"] if "history" in ckpt["args"] else None
+        returns = check(module, output, ckpt["env_id"], args.check, args.seed, backend, student)
         print(f"{ckpt['env_id']}: onnxruntime deterministic return {np.mean(returns):.1f} ± "
               f"{np.std(returns):.1f} over {len(returns)} episodes")  # fmt: skip
 
