@@ -172,6 +172,11 @@ def test_a_robot_on_the_wrong_backend_or_misspelled_is_pointed_the_right_way(nam
         "error: EnvPool has no Go1JoystickFlatTerain-v1 (envpool.list_all_envs()); closest: "
         "Go1JoystickFlatTerrain-v1, G1JoystickFlatTerrain-v1, T1JoystickFlatTerrain-v1"
     )
+    envpool = importlib.import_module("envpool")  # where both names of one task are close
+    assert script.other_ids("BerkeleyHumanoidJoystickFlat-v1", envpool) == (
+        "; closest: BerkeleyHumanoidJoystickFlatTerrain-v1, "
+        "BerkeleyHumanoidJoystickRoughTerrain-v1, BarkourJoystick-v1"
+    )
 
 
 def test_envpool_films_at_the_envs_own_rate():
