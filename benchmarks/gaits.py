@@ -6,7 +6,8 @@ r"""Videos and a side-by-side frame strip of trained policies (e.g. PPO vs symme
 For each checkpoint: one episode of the deterministic policy (the script's own evaluate(), seed
 --seed), recorded as videos/gaits/<run>.mp4, and --frames frames of it, evenly spaced over the
 first --seconds seconds, as one row of the PNG (labelled with the script and seed). Rendering is
-MuJoCo's offscreen renderer (without a screen set MUJOCO_GL=egl).
+MuJoCo's offscreen renderer (without a screen set MUJOCO_GL=egl). EnvPool's robots too (their
+run's backend; a software-rendered frame of a Go1 takes about 0.5 s, a whole episode minutes).
 """
 
 import dataclasses
@@ -56,11 +57,12 @@ def main(args: Args):
     for row, path in enumerate(args.checkpoints):
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         script = importlib.import_module(ckpt["script"])
-        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], script.saved_args(ckpt))
+        settings = script.saved_args(ckpt)  # a robot's actor reads its state columns only
+        agent = script.Agent(ckpt["obs_dim"], ckpt["act_dim"], settings, ckpt.get("actor_dim"))
         agent.load_state_dict(ckpt["agent"])
         run = os.path.basename(os.path.dirname(os.path.abspath(path)))
         seed = args.seed - script.EVAL_SEED_OFFSET  # evaluate() adds it
-        settings = dataclasses.replace(script.saved_args(ckpt), eval_episodes=1, seed=seed)
+        settings = dataclasses.replace(settings, eval_episodes=1, seed=seed)
         (episode,), video = script.evaluate(agent, settings, args.video_dir, run)
         episode_return = episode["return"]
         frames = iio.imread(video)

@@ -232,6 +232,27 @@ def test_the_export_takes_state_only_and_acts_as_evaluation(go1_run, tmp_path):
     assert exported.stdout.split("return ")[1].split(" ")[0] == evaluated, exported.stdout
 
 
+def test_gaits_films_a_robot_checkpoint_whose_actor_reads_state_only(
+    go1_run, tmp_path, monkeypatch
+):
+    """benchmarks/gaits.py on a Go1 checkpoint (its actor reads 48 of the 171 columns): its video
+    and strip, on the run's EnvPool backend (the episode cut at 8 steps: 0.5 s a frame)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import gaits
+
+    script, _, checkpoint = go1_run
+    render_kwargs = script.render_kwargs
+    monkeypatch.setattr(
+        script, "render_kwargs", lambda *a: {**render_kwargs(*a), "max_episode_steps": 8}
+    )
+    output = tmp_path / "gaits.png"
+    gaits.main(gaits.Args(checkpoints=(checkpoint,), output=str(output), frames=2, seconds=0.1,
+                          video_dir=str(tmp_path / "videos")))  # fmt: skip
+    (video,) = (tmp_path / "videos").glob("*.mp4")
+    assert imageio.v3.imread(video).shape == (8, 480, 480, 3)
+    assert output.stat().st_size > 0
+
+
 def test_an_envpool_task_the_scripts_cannot_use_is_one_line():
     """Pixels and discrete actions (Pong), a board (Go): refused before anything runs, in every
     script's adapter, and as one line with exit code 1 on the command line."""
