@@ -488,13 +488,12 @@ def dagger_data(progress: dict, batch: dict, args: Args) -> dict:
     rsl_rl, and the default, keep the latest only: bounded memory, labels of the current student's
     states. Kept in progress, so a checkpoint holds them and a resume goes on with them."""
     new = {key: batch[key] for key in ("obs", "labels")}
-    kept = progress.get("dagger", {key: value[:0] for key, value in new.items()})
+    kept = progress.pop("dagger", {key: value[:0] for key, value in new.items()})
     data = {key: torch.cat((kept[key].to(value.device), value)) for key, value in new.items()}
     if args.dagger_rollouts:  # the latest N rollouts' states only
         keep = args.dagger_rollouts * len(batch["obs"])
         data = {key: value[-keep:] for key, value in data.items()}
-    progress.pop("dagger", None)  # the default keeps nothing
-    if args.dagger_rollouts != 1:
+    if args.dagger_rollouts != 1:  # the default keeps nothing
         progress["dagger"] = data
     return data
 
@@ -701,7 +700,7 @@ def check_distillation(args: Args, ckpt: dict | None) -> dict:
         if getattr(args, name) < 0:
             fail(f"{flag(name)} must be >= 0, got {getattr(args, name)}")
     for name in ("history", "student_obs"):  # the student's input
-        saved = ckpt["args"].get(name, "hidden") if ckpt is not None else getattr(args, name)
+        saved = getattr(args, name) if ckpt is None else ckpt["args"].get(name, "hidden")
         if saved != getattr(args, name):
             fail(f"{flag(name)} cannot change on resume (saved: {saved})")
     if args.teacher is None:
@@ -1543,8 +1542,9 @@ def evaluate_checkpoint(args: Args, can_film: bool) -> dict[str, float]:
     agent = Agent(ckpt["obs_dim"], ckpt["act_dim"], saved_args(ckpt), ckpt.get("actor_dim"))
     agent.load_state_dict(ckpt["agent"])
     videos = os.path.join(args.video_dir, os.path.basename(run_dir_of(args.eval_checkpoint)))
-    student = {"history": ckpt["args"]["history"], "student_obs": ckpt["args"].get("student_obs")}
-    args = dataclasses.replace(args, env_id=ckpt["env_id"], **student)  # None: hidden (older)
+    student = {"history": ckpt["args"]["history"]}  # an older student's obs: hidden
+    student["student_obs"] = ckpt["args"].get("student_obs", "hidden")
+    args = dataclasses.replace(args, env_id=ckpt["env_id"], **student)
     say(f"evaluating {args.eval_checkpoint} (step {ckpt['global_step']}) on {args.env_id}: "
         f"{args.eval_episodes} episode{'s' * (args.eval_episodes != 1)}")  # fmt: skip
     name = f"eval_checkpoint_step{ckpt['global_step']}_{int(time.time())}"  # a re-film: new file

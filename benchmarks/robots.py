@@ -124,7 +124,7 @@ def make(script, ckpt: dict, num_envs: int):
     if hasattr(script, "make_student_envs"):  # a student: its observation and history
         return script.make_student_envs(
             ckpt["env_id"], num_envs, "envpool", ckpt["args"]["history"],
-            ckpt["args"].get("student_obs"),
+            ckpt["args"].get("student_obs", "hidden"),  # an older student's: hidden
         )  # fmt: skip
     return script.make_envs(ckpt["env_id"], num_envs, "envpool")
 

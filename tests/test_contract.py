@@ -252,7 +252,7 @@ def test_eval_checkpoint_records_a_video(name, tmp_path, capsys):
 # algorithm differs: what `diff <(awk '/^# Harness:/{f=1} f' ppo_continuous.py) <(awk '/^#
 # Harness:/{f=1} f' X.py)` lists. Any change to one copy alone moves the count.
 HARNESS_DIFF = {"ppo_spo": 0, "ppo_symaug": 3, "ppo_ddp": 44, "appo_vtrace": 31}
-HARNESS_DIFF["ppo_teacher_student"] = 33  # the teacher's loader, the student's envs (its saved
+HARNESS_DIFF["ppo_teacher_student"] = 34  # the teacher's loader, the student's envs (its saved
 # --history and --student-obs), its progress and final lines (the teacher's return, the action
 # error), DAgger's kept rollouts on resume; and no --privileged-actor to check on resume: a
 # student reads its deployable obs only

@@ -154,7 +154,7 @@ def check(module, output, env_id: str, episodes: int, seed: int, backend: str, s
         n = min(16, episodes - first)
         if student is not None:  # ppo_teacher_student's student: its saved args
             envs = module.make_student_envs(
-                env_id, n, backend, student["history"], student.get("student_obs")
+                env_id, n, backend, student["history"], student.get("student_obs", "hidden")
             )
         else:
             envs = module.make_envs(env_id, n, backend)
