@@ -950,9 +950,12 @@ def diagnostics(agent: Agent, batch: dict, ratios: torch.Tensor, args: Args) -> 
 def fail(message: str):
     """Bad input: one line on stderr and exit code 1, no traceback: rank 0's, under torchrun. The
     other ranks wait first: torchrun stops every rank once one exits, which could stop rank 0
-    before it has printed; a rank that fails alone says why after the wait."""
+    before it has printed; a rank that fails alone says why after the wait. torchrun's SIGTERM
+    ends the wait at once: rank 0 has said why (the run's handler would wait for an iteration)."""
     rank_ = os.environ.get("RANK", "0") if "WORLD_SIZE" in os.environ else "0"  # RANK alone: none
     if rank_ != "0":
+        with contextlib.suppress(ValueError):  # signals can be set on the main thread only
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         time.sleep(10.0)
     raise SystemExit(f"error: {message}" if rank_ == "0" else f"error (rank {rank_}): {message}")
 

@@ -366,7 +366,6 @@ def test_a_checkpoint_from_before_the_curriculum_resumes_at_the_task_s_ranges(
 
 CURRICULUM_OF_EACH_RANK = """
 import os, sys, torch.distributed as dist, ppo_ddp
-ppo_ddp.CURRICULUM = (0.5, 0.25, float(os.environ["THRESHOLD"]))
 widen, reset = ppo_ddp.widen_commands, ppo_ddp.EnvPoolVectorEnv.reset
 
 def say(line):  # one write of the whole line: the ranks share torchrun's stdout
@@ -375,6 +374,7 @@ def say(line):  # one write of the whole line: the ranks share torchrun's stdout
 def widen_commands(carry, progress, args):
     for episode in carry["episodes"]:  # rank 1 tracks perfectly, rank 0 not at all
         episode["terms"]["tracking_lin_vel"] = float(ppo_ddp.rank() == 1)
+    ppo_ddp.CURRICULUM = (0.5, 0.25, 0.75 if progress["iteration"] == 1 else 0.4)
     widened = widen(carry, progress, args)
     scale = progress["command_scale"]
     say(f"rank {ppo_ddp.rank()} iteration {progress['iteration']} scale {scale}")
@@ -394,32 +394,28 @@ finally:
 """
 
 
-@pytest.mark.parametrize("threshold, scale, a0", [(0.75, 0.5, 0.75), (0.4, 0.75, 1.125)])
-def test_ddp_ranks_widen_together_on_their_mean_tracking(
-    threshold, scale, a0, tmp_path, monkeypatch
-):
+def test_ddp_ranks_widen_together_on_their_mean_tracking(tmp_path):
     """ppo_ddp.py, 2 ranks on Go1 with --command-curriculum: rank 1's episodes track perfectly,
-    rank 0's not at all (set here). On their mean (0.5) both ranks keep their ranges below a
-    threshold of 0.75 (rank 1 alone would widen), and both widen above one of 0.4; each rank's
-    pools start at its own seeds and are remade at the new ranges."""
+    rank 0's not at all (set here). On their mean (0.5) both ranks keep their ranges below the
+    first iteration's threshold of 0.75 (rank 1 alone would widen), and both widen above the
+    second's of 0.4; each rank's pools start at its own seeds and are remade at the new ranges."""
     from conftest import torchrun
 
     driver = tmp_path / "curriculum_of_each_rank.py"
     driver.write_text(CURRICULUM_OF_EACH_RANK)
-    fields = dict(env_id=GO1, env_backend="envpool", num_envs=2, num_steps=64, total_timesteps=256)
+    fields = dict(env_id=GO1, env_backend="envpool", num_envs=2, num_steps=64, total_timesteps=512)
     fields.update(num_minibatches=2, update_epochs=1, eval_episodes=1, init_logstd=0.5)
     fields.update(command_curriculum=True, log_dir=str(tmp_path / "runs"))
-    monkeypatch.setenv("THRESHOLD", str(threshold))  # the ranks inherit it
     proc = torchrun(str(driver), *flags(**fields))
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
-    decided = sorted(re.findall(r"rank (\d) iteration 1 scale (\S+)", out))
-    assert decided == [("0", str(scale)), ("1", str(scale))]
+    decided = sorted(re.findall(r"rank (\d) iteration (\d) scale (\S+)", out))
+    assert decided == [("0", "1", "0.5"), ("0", "2", "0.75"), ("1", "1", "0.5"), ("1", "2", "0.75")]
     pools = sorted(re.findall(r"rank (\d) pool (\d+) (\S+)", out))
     first = {rank: seed for rank, seed, _ in pools if seed in ("1", "3")}
     assert first == {"0": "1", "1": "3"}  # seed + rank * num_envs: their own episodes
     remade = [(rank, float(a)) for rank, seed, a in pools if seed not in ("1", "3")]
-    assert sorted(remade) == ([("0", a0), ("1", a0)] if scale > 0.5 else [])
+    assert sorted(remade) == [("0", 1.125), ("1", 1.125)]  # once, after the second iteration
 
 
 def test_appo_rollouts_carry_the_scale_they_ran_at_and_the_learner_keeps_the_current_ones(
