@@ -692,3 +692,32 @@ def test_robots_gives_each_checkpoint_its_own_row(tmp_path, capsys):
     assert [line.split()[-1] for line in printed[1:3]] == ["3", "3"]  # "N of 3"
     assert len((tmp_path / "results.csv").read_text().splitlines()) == 2
     assert open(ours).read() == before
+
+
+def test_batch_shape_times_each_shape_in_turn_with_the_update_s_share(tmp_path, capsys):
+    """benchmarks/batch_shape.py: one training process per shape, the shapes in turn, each row the
+    SPS the run logged and the update's share of its training time (between 0 and 1); its recipe
+    is the README's first-screen command with the shape's --num-envs and --num-steps."""
+    import batch_shape
+
+    output = tmp_path / "batch_shape.csv"
+    shapes, fields = ("2x64", "4x32"), dict(total_timesteps=512, rounds=1, output=str(output))
+    batch_shape.main(batch_shape.Args(env_id="Hopper-v5", recipe=False, shapes=shapes, **fields))
+    with open(output) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["num_envs"], r["num_steps"], r["batch"]) for r in rows] == [
+        ("2", "64", "128"),
+        ("4", "32", "128"),
+    ]
+    assert all(int(r["sps"]) > 0 and 0 < float(r["update_share"]) < 1 for r in rows)
+    assert "| 2 x 64 | 128 | " in capsys.readouterr().out
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    command = readme[readme.index("python ppo_continuous.py --env-backend envpool") :]
+    command = " ".join(command[: command.index("```")].replace("\\", " ").split())
+    for shown in ("--env-id Go1JoystickFlatTerrain-v1 ", "--num-envs 32 --num-steps 128 "):
+        command = command.replace(shown, "")
+    recipe = " ".join(["python ppo_continuous.py", *batch_shape.RECIPE])
+    assert command == f"{recipe} --total-timesteps 20000000"
+    with pytest.raises(SystemExit, match="such as 32x128, got '32\\*128'"):
+        batch_shape.main(batch_shape.Args(shapes=("32*128",)))
