@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -353,6 +354,7 @@ def test_forward_pass_around_ddp_is_caught_by_the_sync_check_in_one_line(tmp_pat
     assert "[rank0]: Traceback" not in err and "[rank1]: Traceback" not in err
     assert "parameters in sync" not in out
     assert "error (rank 1)" not in err  # torchrun's SIGTERM ended rank 1's wait: no second line
+    assert "stopped" not in err  # nor a line of a run stopped by a signal
 
 
 def child_with_rank(parent: int, rank: int) -> int:
@@ -649,18 +651,35 @@ def test_a_bad_flag_is_one_line_of_rank_0_under_torchrun(bad, message, tmp_path)
 
 def test_a_rank_other_than_0_waits_before_it_says_why_it_stops(monkeypatch):
     """torchrun stops every rank when one exits: rank 1 waits, so that rank 0's line (the same
-    error) comes out; a rank that fails alone says why after the wait, with its rank."""
-    waits = []
+    error) comes out; a rank that fails alone says why after the wait, with its rank. torchrun's
+    SIGTERM ends the wait (its default action, not the run's handler), also off the main thread,
+    where no handler can be set."""
+    waits, handlers, said = [], [], []
     monkeypatch.setattr(ppo_ddp.time, "sleep", waits.append)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    thread = threading.Thread(target=lambda: said.append(catch_exit(ppo_ddp.fail, "disk full")))
+    thread.start()
+    thread.join()
+    assert waits == [10.0] and said == ["error (rank 1): disk full"]
+    monkeypatch.setattr(ppo_ddp.signal, "signal", lambda *handler: handlers.append(handler))
     with pytest.raises(SystemExit) as stopped:
         ppo_ddp.fail("no space left on device")
-    assert waits == [10.0] and stopped.value.code == "error (rank 1): no space left on device"
+    assert handlers == [(signal.SIGTERM, signal.SIG_DFL)]
+    assert waits == [10.0] * 2 and stopped.value.code == "error (rank 1): no space left on device"
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(SystemExit) as stopped:
         ppo_ddp.fail("no space left on device")
-    assert waits == [10.0] and stopped.value.code == "error: no space left on device"
+    assert waits == [10.0] * 2 and stopped.value.code == "error: no space left on device"
+    assert len(handlers) == 1  # rank 0 keeps the run's handler
+
+
+def catch_exit(function, *args):
+    """What SystemExit function(*args) raised with."""
+    try:
+        function(*args)
+    except SystemExit as e:
+        return e.code
 
 
 def test_a_rank_left_in_the_shell_is_one_line_not_a_traceback(tmp_path, monkeypatch):
