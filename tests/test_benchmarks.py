@@ -3,6 +3,7 @@
 import csv
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 
@@ -695,9 +696,8 @@ def test_robots_gives_each_checkpoint_its_own_row(tmp_path, capsys):
 
 
 def test_batch_shape_times_each_shape_in_turn_with_the_update_s_share(tmp_path, capsys):
-    """benchmarks/batch_shape.py: one training process per shape, the shapes in turn, each row the
-    SPS the run logged and the update's share of its training time (between 0 and 1); its recipe
-    is the README's first-screen command with the shape's --num-envs and --num-steps."""
+    """benchmarks/batch_shape.py, for real: one training process per shape, the shapes in turn,
+    each row the SPS the run logged and the update's share of its training time."""
     import batch_shape
 
     output = tmp_path / "batch_shape.csv"
@@ -711,13 +711,93 @@ def test_batch_shape_times_each_shape_in_turn_with_the_update_s_share(tmp_path, 
     ]
     assert all(int(r["sps"]) > 0 and 0 < float(r["update_share"]) < 1 for r in rows)
     assert "| 2 x 64 | 128 | " in capsys.readouterr().out
+
+
+FAKE_SCRIPT = """
+import time
+def ppo_update(seconds):
+    time.sleep(seconds)
+def parse_args(argv):
+    return [float(a) for a in argv]
+def train(args):
+    for seconds in args:
+        ppo_update(seconds)
+"""
+
+
+def test_batch_shape_times_every_update_but_the_first_and_runs_the_readme_s_recipe(
+    tmp_path, monkeypatch
+):
+    """The driver's seconds leave out the first update (charts/SPS leaves out the first
+    iteration); the share is those seconds over the steps after the first batch at the logged SPS;
+    the command is the README's first-screen recipe with the shape's envs and steps."""
+    import batch_shape
+    from torch.utils.tensorboard import SummaryWriter
+
+    (tmp_path / "fake_script.py").write_text(FAKE_SCRIPT)
+    command = [sys.executable, "-c", batch_shape.DRIVER, "fake_script", "0.4", "0.05", "0.1"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=True)
+    seconds = float(done.stdout.split()[-1])
+    assert 0.15 <= seconds < 0.35, seconds  # 0.05 + 0.1, not the first 0.4 nor without the last
+
+    commands = []
+
+    def fake_run(command, **kwargs):  # a run of 512 steps logged at 100 SPS, 2 s of updates
+        commands.append(command)
+        log_dir = command[command.index("--log-dir") + 1]
+        with SummaryWriter(os.path.join(log_dir, "run")) as writer:
+            writer.add_scalar("charts/SPS", 100, 512)
+        return subprocess.CompletedProcess(command, 0, "progress\nupdate seconds 2.0\n", "")
+
+    monkeypatch.setattr(batch_shape.subprocess, "run", fake_run)
+    for recipe in (True, False):
+        args = batch_shape.Args(recipe=recipe, total_timesteps=512)
+        assert batch_shape.measure(args, 4, 32) == (100, 2.0 / ((512 - 128) / 100))
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
-    command = readme[readme.index("python ppo_continuous.py --env-backend envpool") :]
-    command = " ".join(command[: command.index("```")].replace("\\", " ").split())
-    for shown in ("--env-id Go1JoystickFlatTerrain-v1 ", "--num-envs 32 --num-steps 128 "):
-        command = command.replace(shown, "")
+    shown = readme[readme.index("python ppo_continuous.py --env-backend envpool") :]
+    shown = " ".join(shown[: shown.index("```")].replace("\\", " ").split())
+    for flag in ("--env-id Go1JoystickFlatTerrain-v1 ", "--num-envs 32 --num-steps 128 "):
+        shown = shown.replace(flag, "")
     recipe = " ".join(["python ppo_continuous.py", *batch_shape.RECIPE])
-    assert command == f"{recipe} --total-timesteps 20000000"
-    with pytest.raises(SystemExit, match="such as 32x128, got '32\\*128'"):
-        batch_shape.main(batch_shape.Args(shapes=("32*128",)))
+    assert shown == f"{recipe} --total-timesteps 20000000"
+    for command, recipe in zip(commands, (batch_shape.RECIPE, [])):
+        i = command.index("--env-id")
+        assert command[i : i + 2 + len(recipe) + 6] == [
+            *["--env-id", "Go1JoystickFlatTerrain-v1", *recipe],
+            *["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "512"],
+        ]
+    failed = subprocess.CompletedProcess([], 1, "", "error: --gamma must be in (0, 1]")
+    monkeypatch.setattr(batch_shape.subprocess, "run", lambda command, **kwargs: failed)
+    with pytest.raises(SystemExit, match="4x32 failed: error: --gamma must be in"):
+        batch_shape.measure(batch_shape.Args(), 4, 32)
+
+
+def test_batch_shape_runs_the_shapes_in_turn_and_tables_their_medians(
+    tmp_path, monkeypatch, capsys
+):
+    import batch_shape
+
+    measured = {(8, 16): [(200, 0.2), (100, 0.1), (300, 0.3)], (16, 4): [(400, 0.4)] * 3}
+    order = []
+
+    def fake_measure(args, num_envs, num_steps):
+        order.append((num_envs, num_steps))
+        return measured[(num_envs, num_steps)][order.count((num_envs, num_steps)) - 1]
+
+    monkeypatch.setattr(batch_shape, "measure", fake_measure)
+    output = tmp_path / "rows.csv"
+    batch_shape.main(batch_shape.Args(shapes=("8x16", "16x4"), rounds=3, output=str(output)))
+    assert order == [(8, 16), (16, 4)] * 3
+    with open(output) as f:
+        rows = [(r["num_envs"], r["num_steps"], r["batch"], r["round"]) for r in csv.DictReader(f)]
+    assert rows == [("8", "16", "128", "1"), ("16", "4", "64", "1")] + [
+        ("8", "16", "128", "2"), ("16", "4", "64", "2"), ("8", "16", "128", "3"),
+        ("16", "4", "64", "3"),
+    ]  # fmt: skip
+    table = capsys.readouterr().out
+    assert "| 8 x 16 | 128 | 200 | 1.00 | 20% |" in table  # medians, not the last round's
+    assert "| 16 x 4 | 64 | 400 | 2.00 | 40% |" in table
+    for bad in ("32*128", "32x0", "0x128"):
+        with pytest.raises(SystemExit, match=f"such as 32x128, got '{re.escape(bad)}'"):
+            batch_shape.main(batch_shape.Args(shapes=(bad,)))
