@@ -251,7 +251,7 @@ def test_eval_checkpoint_records_a_video(name, tmp_path, capsys):
 # The lines of ppo_continuous.py's harness (banner to end) that each copy changes, where its
 # algorithm differs: what `diff <(awk '/^# Harness:/{f=1} f' ppo_continuous.py) <(awk '/^#
 # Harness:/{f=1} f' X.py)` lists. Any change to one copy alone moves the count.
-HARNESS_DIFF = {"ppo_spo": 0, "ppo_symaug": 3, "ppo_ddp": 46, "appo_vtrace": 31}
+HARNESS_DIFF = {"ppo_spo": 0, "ppo_symaug": 3, "ppo_ddp": 47, "appo_vtrace": 31}
 HARNESS_DIFF["ppo_teacher_student"] = 34  # the teacher's loader, the student's envs (its saved
 # --history and --student-obs), its progress and final lines (the teacher's return, the action
 # error), DAgger's kept rollouts on resume; and no --privileged-actor to check on resume: a
