@@ -649,6 +649,14 @@ def test_a_bad_flag_is_one_line_of_rank_0_under_torchrun(bad, message, tmp_path)
     assert err.count(message) == 1, err
 
 
+def catch_exit(function, *args):
+    """What SystemExit function(*args) raised with."""
+    try:
+        function(*args)
+    except SystemExit as e:
+        return e.code
+
+
 def test_a_rank_other_than_0_waits_before_it_says_why_it_stops(monkeypatch):
     """torchrun stops every rank when one exits: rank 1 waits, so that rank 0's line (the same
     error) comes out; a rank that fails alone says why after the wait, with its rank. torchrun's
@@ -672,14 +680,6 @@ def test_a_rank_other_than_0_waits_before_it_says_why_it_stops(monkeypatch):
         ppo_ddp.fail("no space left on device")
     assert waits == [10.0] * 2 and stopped.value.code == "error: no space left on device"
     assert len(handlers) == 1  # rank 0 keeps the run's handler
-
-
-def catch_exit(function, *args):
-    """What SystemExit function(*args) raised with."""
-    try:
-        function(*args)
-    except SystemExit as e:
-        return e.code
 
 
 def test_a_rank_left_in_the_shell_is_one_line_not_a_traceback(tmp_path, monkeypatch):
